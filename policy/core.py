@@ -1,0 +1,301 @@
+"""The shared scheduler core: vLLM 0.32's V1 `Scheduler`, one step at a time.
+
+`Scheduler.step` is one `schedule()` plus the model output it produces,
+written to follow `vllm/v1/core/sched/scheduler.py` (`schedule`,
+`_preempt_request`, `_update_after_schedule`, `update_from_output`) and
+`async_scheduler.py` branch by branch, for the features the model keeps:
+token budget, chunked prefill, `long_prefill_token_threshold` (off when a
+single request exists), `max_num_seqs`, KV blocks with whole-sequence
+admission (`scheduler_reserve_full_isl`, on by default) and preemption, FCFS
+and priority queues, and async scheduling. Not modelled: prefix caching (the
+conformance harness runs vLLM with it off), speculative decoding, encoders,
+KV connectors, pipeline parallelism (abstracted as the optional
+`skip_running` set: running requests the environment declines to schedule).
+
+The LoRA admission decision is delegated to a `Gate` (see `policy.gate`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from policy.gate import Decision, Gate, ScanContext
+from spec.config import Config
+from spec.request import Request
+from spec.state import ReqState, State, StepRecord, blocks_for
+
+
+class ScheduleError(ValueError):
+    """An event the model cannot apply (unknown or duplicate request id)."""
+
+
+@dataclass
+class _Pending:
+    """Model output not yet applied (async scheduling delays it one step)."""
+
+    step: int
+    scheduled: dict[str, int]
+    samples: set[str]  # requests that sample a token with this output
+    record: StepRecord | None = None
+
+
+@dataclass
+class Scheduler:
+    config: Config
+    gate: Gate
+    state: State = field(init=False)
+    _pending: _Pending | None = field(default=None, init=False)
+    _seq: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.state = State(self.config)
+
+    # ---- events -----------------------------------------------------------
+    def add(self, req: Request) -> None:
+        if req.id in self.state.reqs:
+            raise ScheduleError(f"duplicate request id {req.id!r}")
+        rs = ReqState(req=req, seq=self._seq, waiting_since=req.arrival)
+        self._seq += 1
+        self.state.reqs[req.id] = rs
+        self.state.enqueue(req.id, front=False)
+
+    def abort(self, rid: str) -> bool:
+        """Abort wherever it is (vLLM `finish_requests`); False if already done."""
+        st = self.state
+        rs = st.reqs.get(rid)
+        if rs is None:
+            raise ScheduleError(f"abort of unknown request {rid!r}")
+        if rs.status in ("finished", "aborted"):
+            return False
+        if rs.status == "running":
+            st.running.remove(rid)
+        else:
+            st.waiting.remove(rid)
+        rs.status = "aborted"
+        rs.blocks = 0
+        st.aborted.add(rid)
+        return True
+
+    def has_work(self) -> bool:
+        return bool(self.state.waiting or self.state.running or self._pending)
+
+    # ---- one step ---------------------------------------------------------
+    def step(self, step: int, skip_running: frozenset[str] = frozenset()) -> StepRecord:
+        """Schedule step `step` and apply model output (DESIGN section 2, Step)."""
+        st = self.state
+        if step <= st.step and st.step != 0:
+            raise ScheduleError(f"step {step} does not follow step {st.step}")
+        st.step = step
+        rec = self._schedule(step, skip_running)
+        samples = self._update_after_schedule(rec.scheduled)
+        pending = _Pending(step, rec.scheduled, samples, rec)
+        if self.config.async_scheduling:
+            # AsyncScheduler: step t's output is applied after step t+1 is scheduled.
+            previous, self._pending = self._pending, pending
+            if previous is not None:
+                self._apply_output(previous)
+        else:
+            self._apply_output(pending)
+        return rec
+
+    def drain(self) -> StepRecord | None:
+        """Apply the last pending async output (the engine's final step)."""
+        previous, self._pending = self._pending, None
+        if previous is not None:
+            self._apply_output(previous)
+            return previous.record
+        return None
+
+    # ---- schedule() -------------------------------------------------------
+    def _schedule(self, step: int, skip_running: frozenset[str]) -> StepRecord:
+        st, cfg = self.state, self.config
+        rec = StepRecord(step, list(st.waiting), list(st.running), {}, [], [], [])
+        budget = cfg.max_num_batched_tokens
+        n_eligible = len(st.running) + len(st.waiting)
+        threshold = cfg.long_prefill_token_threshold if n_eligible > 1 else 0
+        scheduled_running: list[str] = []
+
+        # First, schedule the RUNNING requests.
+        i = 0
+        while i < len(st.running) and budget > 0:
+            rid = st.running[i]
+            rs = st.reqs[rid]
+            if (
+                rs.placeholders > 0
+                and rs.computed + 2 - rs.placeholders >= rs.req.prompt_tokens + rs.req.max_tokens
+            ):
+                i += 1  # async: already sure to reach max_tokens
+                continue
+            if rid in skip_running:
+                i += 1  # abstracted reasons (PP, encoder budget)
+                continue
+            n = rs.num_tokens + rs.placeholders - rs.computed
+            if 0 < threshold < n:
+                n = threshold
+            n = min(n, budget)
+            if n == 0:
+                i += 1
+                continue
+            ok = True
+            while not self._allocate(rs, rs.computed + n):
+                if cfg.queue == "priority":
+                    victim = max(st.running, key=lambda r: st.reqs[r].priority_key())
+                    vi = st.running.index(victim)
+                    del st.running[vi]
+                    if vi < i:
+                        i -= 1
+                    if victim in rec.scheduled:
+                        scheduled_running.remove(victim)
+                        budget += rec.scheduled.pop(victim)
+                else:
+                    victim = st.running.pop()
+                self._preempt(victim, step)
+                rec.preempted.append(victim)
+                if victim == rid:
+                    ok = False
+                    break
+            if not ok:
+                break
+            scheduled_running.append(rid)
+            rec.scheduled[rid] = n
+            budget -= n
+            i += 1
+
+        scheduled_loras = {
+            st.adapter(r) for r in scheduled_running if st.adapter(r) > 0
+        }
+        assert len(scheduled_loras) <= cfg.max_loras, "vLLM asserts this"
+
+        # Next, schedule the WAITING requests (only if nothing was preempted).
+        if rec.preempted:
+            for rid in st.waiting:
+                rec.holds[rid] = "preemption"
+        else:
+            self._scan_waiting(step, rec, budget, threshold, scheduled_loras)
+        return rec
+
+    def _scan_waiting(
+        self, step: int, rec: StepRecord, budget: int, threshold: int, scheduled_loras: set[int]
+    ) -> None:
+        st, cfg = self.state, self.config
+        ctx = ScanContext(st, step, scheduled_loras)
+        order = self.gate.scan_order(ctx, list(st.waiting))
+        admitted: set[str] = set()
+        stop_reason: str | None = None
+        for rid in order:
+            if budget <= 0:
+                stop_reason = "budget"
+                break
+            if len(st.running) >= cfg.max_num_seqs:
+                stop_reason = "max_num_seqs"
+                break
+            rs = st.reqs[rid]
+            if rs.stale > 0:
+                rec.holds[rid] = "stale_output"  # async: output still in flight
+                continue
+            decision, why = self.gate.decide(ctx, rid)
+            if decision is Decision.SKIP:
+                rec.holds[rid] = why or "skip"
+                continue
+            if decision is Decision.STOP:
+                rec.holds[rid] = why or "stop"
+                stop_reason = why or "stop"
+                break
+            n = rs.num_tokens - rs.computed
+            if 0 < threshold < n:
+                n = threshold
+            if not cfg.chunked_prefill and n > budget:
+                rec.holds[rid] = "no_chunk"
+                stop_reason = "no_chunk"
+                break
+            n = min(n, budget)
+            # Whole current sequence must fit (scheduler_reserve_full_isl).
+            free = st.free_blocks()
+            if free is not None and blocks_for(rs.num_tokens, cfg.block_size) - rs.blocks > free:
+                rec.holds[rid] = "kv"
+                stop_reason = "kv"
+                break
+            if not self._allocate(rs, rs.computed + n):
+                rec.holds[rid] = "kv"
+                stop_reason = "kv"
+                break
+            st.running.append(rid)
+            admitted.add(rid)
+            rec.admitted.append(rid)
+            rec.scheduled[rid] = n
+            budget -= n
+            rs.status = "running"
+            if rs.first_admitted is None:
+                rs.first_admitted = step
+            if rs.req.adapter > 0:
+                scheduled_loras.add(rs.req.adapter)
+            self.gate.admitted(ctx, rid)
+        if stop_reason is not None:
+            for rid in order:
+                if rid not in admitted and rid not in rec.holds:
+                    rec.holds[rid] = stop_reason
+        # Skipped requests go back to the head in their original order, so
+        # `waiting` keeps its order minus the admitted requests.
+        st.waiting = [r for r in st.waiting if r not in admitted]
+
+    def _allocate(self, rs: ReqState, tokens: int) -> bool:
+        need = blocks_for(tokens, self.config.block_size)
+        free = self.state.free_blocks()
+        if free is not None and need - rs.blocks > free:
+            return False
+        rs.blocks = max(rs.blocks, need)
+        return True
+
+    def _preempt(self, rid: str, step: int) -> None:
+        rs = self.state.reqs[rid]
+        rs.blocks = 0
+        rs.computed = 0
+        rs.status = "waiting"
+        rs.stale = rs.in_flight
+        rs.placeholders = 0
+        rs.preemptions += 1
+        rs.waiting_since = step
+        self.state.enqueue(rid, front=True)
+
+    # ---- _update_after_schedule / update_from_output ---------------------
+    def _update_after_schedule(self, scheduled: dict[str, int]) -> set[str]:
+        samples: set[str] = set()
+        for rid, n in scheduled.items():
+            rs = self.state.reqs[rid]
+            rs.computed += n
+            rs.in_flight += n
+            is_prefill_chunk = rs.computed < rs.num_tokens + rs.placeholders
+            if not is_prefill_chunk:
+                samples.add(rid)
+                if self.config.async_scheduling:
+                    rs.placeholders += 1
+        return samples
+
+    def _apply_output(self, out: _Pending) -> None:
+        st = self.state
+        finished: list[str] = []
+        for rid, n in out.scheduled.items():
+            rs = st.reqs[rid]
+            rs.in_flight -= n
+            stale = False
+            if rs.stale > 0:
+                stale = True
+                rs.stale -= n
+            if rs.status in ("finished", "aborted"):
+                continue
+            if rid not in out.samples:
+                continue
+            rs.generated += 1
+            if self.config.async_scheduling and not stale:
+                rs.placeholders -= 1
+            if rs.generated >= rs.req.max_tokens:
+                if rs.status == "running":
+                    st.running.remove(rid)
+                else:
+                    st.waiting.remove(rid)
+                rs.status = "finished"
+                rs.blocks = 0
+                st.finished.add(rid)
+                finished.append(rid)
+        if out.record is not None:
+            out.record.finished = finished

@@ -1,0 +1,122 @@
+"""Run a workload through a reference policy to completion, writing a trace."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+
+from policy import make_gate
+from policy.core import Scheduler
+from spec.config import Config
+from spec.request import Request
+from spec.state import StepRecord
+from spec.trace import TraceWriter
+
+
+@dataclass
+class Workload:
+    """Requests (each with its arrival step) and client aborts (id -> step)."""
+
+    requests: list[Request]
+    aborts: dict[str, int] = field(default_factory=dict)
+    # Running requests the environment declines to schedule (step -> ids):
+    # DESIGN's nondeterministic skip, for checkers that ask what it breaks.
+    skips: dict[int, frozenset[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        ids = [r.id for r in self.requests]
+        if len(set(ids)) != len(ids):
+            raise ValueError("workload: duplicate request ids")
+        for rid in self.aborts:
+            if rid not in ids:
+                raise ValueError(f"workload: abort of unknown request {rid!r}")
+
+
+class DriverStuck(RuntimeError):
+    """The run made no progress within `max_steps` (e.g. a request larger than KV)."""
+
+
+@dataclass
+class RunResult:
+    config: Config
+    records: list[StepRecord]
+    scheduler: Scheduler
+    last_step: int
+
+    def first_admitted(self) -> dict[str, int | None]:
+        return {rid: rs.first_admitted for rid, rs in self.scheduler.state.reqs.items()}
+
+    def waits(self) -> dict[str, int]:
+        """Steps from arrival to first admission, for admitted requests."""
+        return {rid: rs.first_admitted - rs.req.arrival
+                for rid, rs in self.scheduler.state.reqs.items() if rs.first_admitted is not None}
+
+
+def run(
+    config: Config,
+    workload: Workload,
+    *,
+    policy: str | None = None,
+    trace_path: str | os.PathLike[str] | None = None,
+    max_steps: int = 200_000,
+    source: str = "lora-sched reference",
+) -> RunResult:
+    """Drive `workload` until every request finished or was aborted.
+
+    The clock jumps over idle steps (nothing waiting or running) to the next
+    arrival, as vLLM's engine does not call `schedule()` without requests.
+    """
+    if policy is not None:
+        config = replace(config, policy=policy)
+    sched = Scheduler(config, make_gate(config.policy))
+    arrivals = sorted(workload.requests, key=lambda r: r.arrival)
+    aborts = sorted(workload.aborts.items(), key=lambda kv: kv[1])
+    writer = TraceWriter(trace_path, config, source) if trace_path is not None else None
+    records: list[StepRecord] = []
+    held: StepRecord | None = None  # async: a record completes one step later
+    ai = bi = 0
+    step = 0
+    try:
+        while ai < len(arrivals) or sched.has_work():
+            step += 1
+            if not sched.has_work() and ai < len(arrivals):
+                step = max(step, arrivals[ai].arrival)
+            if step > max_steps:
+                raise DriverStuck(f"no completion after {max_steps} steps "
+                                  f"({len(sched.state.waiting)} waiting, {len(sched.state.running)} running)")
+            while ai < len(arrivals) and arrivals[ai].arrival <= step:
+                req = arrivals[ai]
+                if req.arrival < step:
+                    req = replace(req, arrival=step)
+                sched.add(req)
+                if writer:
+                    writer.arrive(req, step)
+                ai += 1
+            while bi < len(aborts) and aborts[bi][1] <= step:
+                rid = aborts[bi][0]
+                if rid in sched.state.reqs and sched.abort(rid) and writer:
+                    writer.abort(rid, step)
+                bi += 1
+            if not sched.state.waiting and not sched.state.running:
+                if config.async_scheduling and sched.has_work():
+                    last = sched.drain()
+                    if last is not None and writer:
+                        writer.step(last)
+                    held = None
+                continue
+            rec = sched.step(step, workload.skips.get(step, frozenset()))
+            records.append(rec)
+            if config.async_scheduling:
+                if held is not None and writer:
+                    writer.step(held)
+                held = rec
+            elif writer:
+                writer.step(rec)
+        if config.async_scheduling:
+            last = sched.drain()
+            if held is not None and writer:
+                writer.step(held)
+    finally:
+        if writer:
+            writer.close()
+    return RunResult(config, records, sched, step)

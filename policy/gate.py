@@ -1,0 +1,60 @@
+"""The LoRA admission gate: the one decision the three policies differ in.
+
+The shared core (`policy.core`) runs vLLM's `schedule()`; when the waiting
+scan reaches a request it asks the policy's gate whether the LoRA cap lets the
+request in. Everything else (budgets, KV, preemption) is the core's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from spec.state import State
+
+
+class Decision(Enum):
+    ADMIT = "admit"  # the LoRA cap allows it; capacity checks follow
+    SKIP = "skip"  # leave it waiting, keep scanning (vLLM since #15422)
+    STOP = "stop"  # leave it and everything after it waiting (before #15422)
+
+
+@dataclass
+class ScanContext:
+    """What the gate may look at during one waiting scan."""
+
+    state: State
+    step: int
+    # Adapters (> 0) of running requests scheduled this step plus requests
+    # admitted so far in this scan: the set vLLM counts against max_loras.
+    scheduled_loras: set[int]
+
+
+def cap_blocks(ctx: ScanContext, adapter: int) -> bool:
+    """True when admitting a request of `adapter` would exceed max_loras.
+
+    vLLM 0.32 `Scheduler.schedule()`: `len(scheduled_loras) == max_loras and
+    lora_int_id not in scheduled_loras`.
+    """
+    return (
+        adapter > 0
+        and adapter not in ctx.scheduled_loras
+        and len(ctx.scheduled_loras) >= ctx.state.config.max_loras
+    )
+
+
+class Gate(Protocol):
+    name: str
+
+    def scan_order(self, ctx: ScanContext, queue: list[str]) -> list[str]:
+        """The order in which the waiting scan visits `queue`."""
+        ...
+
+    def decide(self, ctx: ScanContext, rid: str) -> tuple[Decision, str | None]:
+        """The LoRA decision for `rid` and, when not ADMIT, the hold reason."""
+        ...
+
+    def admitted(self, ctx: ScanContext, rid: str) -> None:
+        """Told when `rid` passed every check and joined `running`."""
+        ...

@@ -1,0 +1,27 @@
+"""`vllm`: vLLM V1 since PR #15422 (vLLM 0.32 today).
+
+A waiting request whose adapter would exceed `max_loras` is skipped and the
+scan goes on; skipped requests return to the head of `waiting` in their
+original order. The cap counts adapters of running requests *scheduled this
+step* plus those admitted so far. Known defect: an adapter can starve while
+the active adapters keep receiving requests (vLLM #16876, SGLang #15129).
+"""
+
+from __future__ import annotations
+
+from policy.gate import Decision, ScanContext, cap_blocks
+
+
+class VllmGate:
+    name = "vllm"
+
+    def scan_order(self, ctx: ScanContext, queue: list[str]) -> list[str]:
+        return queue
+
+    def decide(self, ctx: ScanContext, rid: str) -> tuple[Decision, str | None]:
+        if cap_blocks(ctx, ctx.state.adapter(rid)):
+            return Decision.SKIP, "lora_cap"
+        return Decision.ADMIT, None
+
+    def admitted(self, ctx: ScanContext, rid: str) -> None:
+        pass

@@ -1,0 +1,62 @@
+"""Named workloads: the seed's running example and the scenarios of DESIGN §5."""
+
+from __future__ import annotations
+
+import random
+
+from policy.driver import Workload
+from spec.config import Config
+from spec.request import Request
+
+# vLLM PR #15422's running example: max_loras 4, sixteen requests, Rx-Ly uses LoRA y.
+SEED_QUEUE = ["R1", "R2", "R3", "R4-L1", "R5-L3", "R6-L2", "R7-L4", "R8-L5", "R9-L5",
+              "R10-L5", "R11-L5", "R12", "R13", "R14-L1", "R15-L2", "R16-L3"]
+
+
+def seed_adapter(name: str) -> int:
+    return int(name.split("-L")[1]) if "-L" in name else 0
+
+
+def seed_example(*, prompt_tokens: int = 8, max_tokens: int = 4,
+                 long: dict[str, int] | None = None) -> tuple[Config, Workload]:
+    """The seed example; `long` gives chosen requests a longer output."""
+    long = long or {}
+    cfg = Config(max_loras=4, max_num_seqs=256, max_num_batched_tokens=4096)
+    reqs = [Request(name, seed_adapter(name), prompt_tokens, long.get(name, max_tokens), 1)
+            for name in SEED_QUEUE]
+    return cfg, Workload(reqs)
+
+
+def starvation_stream(length: int = 40, *, max_loras: int = 2, prompt_tokens: int = 8,
+                      max_tokens: int = 8, victim_at: int = 2) -> tuple[Config, Workload]:
+    """max_loras 2; a steady stream for adapters 1 and 2; one request for adapter 3.
+
+    A new request of adapters 1 and 2 arrives every step, so under `vllm` one of
+    them is always scheduled and adapter 3 waits until the stream ends.
+    """
+    cfg = Config(max_loras=max_loras, max_num_seqs=64, max_num_batched_tokens=512)
+    reqs = []
+    for t in range(1, length + 1):
+        reqs.append(Request(f"a1-{t}", 1, prompt_tokens, max_tokens, t))
+        reqs.append(Request(f"a2-{t}", 2, prompt_tokens, max_tokens, t))
+    reqs.append(Request("victim-a3", 3, prompt_tokens, max_tokens, victim_at))
+    return cfg, Workload(reqs)
+
+
+def seed_mix(n: int = 500, *, adapters: int = 8, seed: int = 2, prompt_mean: float = 249.04,
+             max_tokens: int = 120, arrival_every: float = 0.0) -> list[Request]:
+    """A seed-shaped mix: `n` requests round-robin over `adapters` LoRAs.
+
+    ShareGPT cannot be downloaded; prompt lengths are drawn from a lognormal
+    with the seed's mean (124520 input tokens / 500 prompts = 249.04).
+    """
+    rng = random.Random(seed)
+    sigma = 0.9
+    import math
+    mu = math.log(prompt_mean) - sigma * sigma / 2
+    reqs = []
+    for i in range(n):
+        prompt = max(4, min(2048, int(rng.lognormvariate(mu, sigma))))
+        arrival = 1 + int(i * arrival_every)
+        reqs.append(Request(f"r{i}", (i % adapters) + 1, prompt, max_tokens, arrival))
+    return reqs

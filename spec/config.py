@@ -1,0 +1,78 @@
+"""Scheduler configuration (DESIGN section 2, "Config").
+
+Every field mirrors a vLLM 0.32 engine argument; defaults are vLLM's own so
+that a trace whose header omits a key means what vLLM would have done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+QUEUES = ("fcfs", "priority")
+POLICIES = ("blocking", "vllm", "fair")
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; the message names the offending field."""
+
+
+@dataclass(frozen=True)
+class Config:
+    max_loras: int = 1
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0
+    kv_blocks: int | None = None  # usable KV blocks; None = unlimited
+    block_size: int = 16
+    queue: str = "fcfs"
+    async_scheduling: bool = False
+    policy: str = "vllm"
+    # `fair` only: steps a LoRA-blocked request may wait before the guard holds
+    # the other adapters for it (DESIGN section 3, "starvation guard").
+    starvation_steps: int = 32
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], *, where: str = "config") -> Config:
+        """Build from a trace header: unknown keys ignored, missing keys default."""
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{where}: expected an object, got {type(raw).__name__}")
+        known = {f.name for f in fields(cls)}
+        try:
+            return cls(**{k: v for k, v in raw.items() if k in known})
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+
+
+def _int(cfg: Config, name: str, lo: int) -> None:
+    value = getattr(cfg, name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an integer, got {value!r}")
+    if value < lo:
+        raise ConfigError(f"{name} must be >= {lo}, got {value}")
+
+
+def validate(cfg: Config) -> None:
+    """Reject a configuration vLLM would reject or that the model cannot mean."""
+    _int(cfg, "max_loras", 1)
+    _int(cfg, "max_num_seqs", 1)
+    _int(cfg, "max_num_batched_tokens", 1)
+    _int(cfg, "long_prefill_token_threshold", 0)
+    _int(cfg, "block_size", 1)
+    _int(cfg, "starvation_steps", 0)
+    if cfg.kv_blocks is not None:
+        _int(cfg, "kv_blocks", 1)
+    for flag in ("chunked_prefill", "async_scheduling"):
+        if not isinstance(getattr(cfg, flag), bool):
+            raise ConfigError(f"{flag} must be true or false, got {getattr(cfg, flag)!r}")
+    if cfg.queue not in QUEUES:
+        raise ConfigError(f"queue must be one of {', '.join(QUEUES)}, got {cfg.queue!r}")
+    if cfg.policy not in POLICIES:
+        raise ConfigError(f"policy must be one of {', '.join(POLICIES)}, got {cfg.policy!r}")

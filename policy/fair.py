@@ -34,9 +34,10 @@ worst case; `tests/` check it on random workloads.
 
 from __future__ import annotations
 
-from spec.config import Config
-from spec.state import State
 from policy.gate import Decision, ScanContext, cap_blocks
+from spec.config import Config
+from spec.properties import StepView
+from spec.state import State
 
 
 def starving_request(state: State, step: int, scheduled_loras: set[int]) -> str | None:
@@ -93,3 +94,34 @@ class FairGate:
     def admitted(self, ctx: ScanContext, rid: str) -> None:
         if rid == self.r_star:
             self.r_star_admitted = True
+
+
+class FairHolds:
+    """The guard's holds as `spec.properties.no_hol_blocking` sees them on a trace.
+
+    Computed from the observed state alone (waiting order, waiting-since
+    steps, adapters of the scheduled running requests), so a trace recorded
+    from `fair` running inside vLLM is judged the same way as the reference.
+    """
+
+    def scan_first(self, view: StepView) -> str | None:
+        rec = view.rec
+        if rec.preempted:
+            return None
+        loras = {view.adapter[r] for r in rec.scheduled if r not in rec.admitted and view.adapter[r] > 0}
+        for rid in rec.waiting:
+            if (
+                view.adapter[rid] > 0
+                and view.adapter[rid] not in loras
+                and rec.step - view.waiting_since[rid] >= view.config.starvation_steps
+                and rid not in view.in_flight
+            ):
+                return rid
+        return None
+
+    def hold(self, view: StepView, rid: str) -> str | None:
+        r_star = self.scan_first(view)
+        if r_star is None or r_star in view.rec.admitted or rid == r_star:
+            return None
+        a = view.adapter[rid]
+        return "fair_guard" if a > 0 and a != view.adapter[r_star] else None

@@ -1,0 +1,44 @@
+"""`lora-sched`: one console script, one subcommand per concept.
+
+Each subcommand lives beside the concept it runs (`spec.check`, `proofs.cli`,
+`conformance.cli`, `bench.cli`) and exposes `add_arguments(parser)` and
+`main(args) -> int`; this module only dispatches, importing lazily so that
+`lora-sched check` does not pay for Z3 or vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = {
+    "simulate": ("policy.simulate", "run a workload through a reference policy and write a trace"),
+    "check": ("spec.check", "validate every property on a trace; with --policy, replay it"),
+    "prove": ("proofs.cli", "Z3: bounded model checking, k-induction, worst-case wait"),
+    "conform": ("conformance.cli", "run vLLM (live or in-process) and check it against the reference"),
+    "bench": ("bench.cli", "benchmark the three policies (simulated, or --live on vLLM)"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="lora-sched", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chosen = argv[0] if argv and argv[0] in COMMANDS else None
+    modules = {}
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:
+            modules[name] = importlib.import_module(module)
+            modules[name].add_arguments(p)
+    args = parser.parse_args(argv)
+    try:
+        return int(modules[args.command].main(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

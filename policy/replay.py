@@ -1,0 +1,104 @@
+"""Replay a trace through a reference policy, step by step.
+
+The reference gets the trace's arrivals and aborts at the steps they name and
+schedules every step the trace records; it must produce the same queue
+orders, scheduled tokens, admissions, preemptions and finishes. The first
+divergence is reported with the state around it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from policy import make_gate
+from policy.core import Scheduler
+from spec.state import StepRecord
+from spec.trace import Abort, Arrive, Step, Trace
+
+FIELDS = ("waiting", "running", "scheduled", "admitted", "preempted", "finished")
+
+
+@dataclass
+class Divergence:
+    step: int
+    line: int
+    field: str
+    expected: object  # what the reference did
+    actual: object  # what the trace says
+    context: str  # the reference state around it
+
+    def __str__(self) -> str:
+        return (f"step {self.step} (line {self.line}): {self.field} differs\n"
+                f"    reference: {self.expected}\n    trace:     {self.actual}\n{self.context}")
+
+
+@dataclass
+class ReplayResult:
+    policy: str
+    matched: int
+    total: int
+    divergence: Divergence | None
+
+    @property
+    def ok(self) -> bool:
+        return self.divergence is None
+
+
+def _context(sched: Scheduler, rec: StepRecord) -> str:
+    st = sched.state
+    rows = []
+    for rid in [*rec.running, *rec.waiting][:24]:
+        rs = st.reqs[rid]
+        rows.append(f"      {rid:>12} adapter={rs.req.adapter} prompt={rs.req.prompt_tokens} "
+                    f"max_tokens={rs.req.max_tokens} computed={rs.computed} generated={rs.generated} "
+                    f"status={rs.status}")
+    return (f"    reference state after the step (waiting={st.waiting}, running={st.running}):\n"
+            + "\n".join(rows))
+
+
+def replay(trace: Trace, policy: str | None = None) -> ReplayResult:
+    """Replay `trace` through `policy` (default: the policy in its header)."""
+    config = trace.config if policy is None else replace(trace.config, policy=policy)
+    sched = Scheduler(config, make_gate(config.policy))
+    steps = [e for e in trace.events if isinstance(e, Step)]
+    pending: list[tuple[int, object]] = []  # events not yet applied, in file order
+    prev: tuple[Step, StepRecord] | None = None  # async: finishes known one step late
+    matched = 0
+
+    def compare(ev: Step, ours: StepRecord, fields: tuple[str, ...]) -> Divergence | None:
+        for f in fields:
+            want, got = getattr(ours, f), getattr(ev.rec, f)
+            same = (sorted(want) == sorted(got)) if f == "finished" else (
+                list(want.items()) == list(got.items()) if f == "scheduled" else list(want) == list(got))
+            if not same:
+                return Divergence(ev.rec.step, ev.line, f, want, got, _context(sched, ours))
+        return None
+
+    events = iter(trace.events)
+    for ev in events:
+        if isinstance(ev, (Arrive, Abort)):
+            pending.append((ev.step, ev))
+            continue
+        assert isinstance(ev, Step)
+        step = ev.rec.step
+        for s, e in sorted([p for p in pending if p[0] <= step], key=lambda p: (p[0], isinstance(p[1], Abort))):
+            pending.remove((s, e))
+            if isinstance(e, Arrive):
+                sched.add(e.req)
+            else:
+                sched.abort(e.id)
+        ours = sched.step(step)
+        fields = FIELDS if not config.async_scheduling else FIELDS[:-1]
+        d = compare(ev, ours, fields)
+        if d is None and config.async_scheduling and prev is not None:
+            d = compare(prev[0], prev[1], ("finished",))
+        if d is not None:
+            return ReplayResult(config.policy, matched, len(steps), d)
+        matched += 1
+        prev = (ev, ours)
+    if config.async_scheduling and prev is not None:
+        sched.drain()
+        d = compare(prev[0], prev[1], ("finished",))
+        if d is not None and trace.complete:
+            return ReplayResult(config.policy, matched - 1, len(steps), d)
+    return ReplayResult(config.policy, matched, len(steps), None)

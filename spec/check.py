@@ -1,0 +1,133 @@
+"""`lora-sched check TRACE [--policy P]`: every property, then the replay.
+
+Prints one line per property in mypyvy's style
+(`fifo_within_adapter ... ok` / `... VIOLATED at step 12: ...`), then, with
+`--policy`, the replay through the reference policy, and exits 0 only when
+all hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass, field
+
+from spec.observe import Observer
+from spec.properties import ALL_PROPERTIES, Violation
+from spec.trace import Abort, Arrive, Step, Trace, TraceError, read_trace
+
+
+@dataclass
+class CheckReport:
+    trace: Trace
+    bound: int | None
+    bound_note: str
+    first: dict[str, Violation] = field(default_factory=dict)  # property -> first violation
+    counts: dict[str, int] = field(default_factory=dict)
+    replay: object | None = None  # policy.replay.ReplayResult
+    waits: dict[str, int] = field(default_factory=dict)
+    last_step: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.first and (self.replay is None or self.replay.ok)
+
+
+def bound_for(trace: Trace) -> tuple[int | None, str]:
+    """B of `policy.fair` for this trace's config and requests, or why none applies."""
+    from policy.fair import fair_bound
+
+    cfg = trace.config
+    why = [w for w, bad in (("priority queue", cfg.queue != "fcfs"),
+                            ("async scheduling", cfg.async_scheduling),
+                            ("limited KV blocks", cfg.kv_blocks is not None)) if bad]
+    reqs = trace.requests().values()
+    if not reqs:
+        return None, "no requests"
+    if why:
+        return None, "B assumes FCFS, synchronous scheduling and unlimited KV; this trace has " + ", ".join(why)
+    adapters = len({r.adapter for r in reqs if r.adapter > 0})
+    b = fair_bound(cfg, adapters=adapters, max_prompt=max(r.prompt_tokens for r in reqs),
+                   max_output=max(r.max_tokens for r in reqs))
+    return b, f"B = {b} (fair's bound for this config and workload)"
+
+
+def check_trace(trace: Trace | str, policy: str | None = None) -> CheckReport:
+    if isinstance(trace, str):
+        trace = read_trace(trace, allow_truncated_tail=True)
+    holds = None
+    if trace.config.policy == "fair":
+        from policy.fair import FairHolds
+
+        holds = FairHolds()
+    obs = Observer(trace.config, holds)
+    bound, note = bound_for(trace)
+    report = CheckReport(trace, bound, note)
+    for ev in trace.events:
+        if isinstance(ev, Arrive):
+            obs.arrive(ev.req)
+        elif isinstance(ev, Abort):
+            obs.abort(ev.id)
+        elif isinstance(ev, Step):
+            for v in obs.observe(ev.rec):
+                report.counts[v.property] = report.counts.get(v.property, 0) + 1
+                report.first.setdefault(v.property, v)
+    for v in obs.close(bound):
+        report.counts[v.property] = report.counts.get(v.property, 0) + 1
+        report.first.setdefault(v.property, v)
+    report.waits = obs.waits()
+    report.last_step = obs.last_step
+    if policy is not None:
+        from policy.replay import replay
+
+        report.replay = replay(trace, policy)
+    return report
+
+
+def format_report(report: CheckReport) -> str:
+    t = report.trace
+    lines = [f"trace {t.path}: {len(t.requests())} requests, {len(t.steps())} steps, "
+             f"policy {t.config.policy}, source {t.source or '?'}"
+             + ("" if t.complete else " (truncated: last line cut short)")]
+    for name in ALL_PROPERTIES:
+        v = report.first.get(name)
+        if name == "bounded_wait" and report.bound is None:
+            lines.append(f"{name} ... not checked: {report.bound_note}")
+        elif v is None:
+            extra = f" ({report.bound_note})" if name == "bounded_wait" else ""
+            lines.append(f"{name} ... ok{extra}")
+        else:
+            more = report.counts[name] - 1
+            lines.append(f"{name} ... VIOLATED at step {v.step}: {v.message}"
+                         + (f" (+{more} more)" if more else ""))
+    if report.waits:
+        worst = max(report.waits.items(), key=lambda kv: kv[1])
+        lines.append(f"worst wait before first admission: {worst[1]} steps ({worst[0]})")
+    r = report.replay
+    if r is not None:
+        if r.ok:
+            lines.append(f"replay against {r.policy} ... ok ({r.matched}/{r.total} steps matched)")
+        else:
+            lines.append(f"replay against {r.policy} ... DIVERGED after {r.matched}/{r.total} steps matched at "
+                         f"{r.divergence}")
+    lines.append("all ok!" if report.ok else "FAILED")
+    return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="a lora-sched-trace JSONL file")
+    p.add_argument("--policy", choices=["blocking", "vllm", "fair"],
+                   help="replay the trace through this reference policy step by step")
+
+
+def main(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    try:
+        report = check_trace(args.trace, args.policy)
+    except TraceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_report(report))
+    print(f"({time.perf_counter() - t0:.2f}s)")
+    return 0 if report.ok else 1

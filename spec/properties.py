@@ -1,0 +1,230 @@
+"""The properties of DESIGN section 3, each a named predicate.
+
+A step predicate takes a `StepView` (the state when `schedule()` started,
+the step record, and the KV blocks held after it) and returns `None` when
+the property holds or a `Violation` naming the step, the property and the
+clause that failed. `bounded_wait` is judged over a whole run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from spec.config import Config
+from spec.state import StepRecord, blocks_for
+
+
+@dataclass(frozen=True)
+class Violation:
+    property: str
+    step: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.property}: VIOLATED at step {self.step}: {self.message}"
+
+
+@dataclass
+class StepView:
+    config: Config
+    rec: StepRecord
+    adapter: dict[str, int]
+    num_tokens: dict[str, int]  # prompt + sampled tokens, when the step starts
+    computed: dict[str, int]
+    waiting_since: dict[str, int]
+    priority: dict[str, int]
+    seq: dict[str, int]  # arrival order
+    ever_admitted: set[str]  # first-admitted before this step
+    status: dict[str, str]  # waiting | running | finished | aborted, before the step
+    running_after: list[str]  # running once the step is scheduled
+    blocks_after: dict[str, int]  # KV blocks of running_after
+    used_before_scan: int  # KV blocks held when the waiting scan starts
+    in_flight: set[str]  # async: requests whose previous output is not applied
+
+
+def _loras(view: StepView, ids: list[str] | dict[str, int]) -> set[int]:
+    return {view.adapter[r] for r in ids if view.adapter[r] > 0}
+
+
+def batch_lora_cap(view: StepView) -> Violation | None:
+    """Distinct adapters (> 0) among the requests scheduled in one step are at
+    most `max_loras`: the batch fits the LoRA slots of the model runner."""
+    loras = _loras(view, view.rec.scheduled)
+    if len(loras) > view.config.max_loras:
+        return Violation("batch_lora_cap", view.rec.step,
+                         f"{len(loras)} adapters {sorted(loras)} scheduled > max_loras {view.config.max_loras}")
+    return None
+
+
+def running_lora_cap(view: StepView) -> Violation | None:
+    """Distinct adapters (> 0) among all running requests (scheduled or not)
+    are at most `max_loras` once the step is scheduled."""
+    loras = _loras(view, view.running_after)
+    if len(loras) > view.config.max_loras:
+        return Violation("running_lora_cap", view.rec.step,
+                         f"{len(loras)} adapters {sorted(loras)} running > max_loras {view.config.max_loras}")
+    return None
+
+
+def capacity(view: StepView) -> Violation | None:
+    """Running requests <= `max_num_seqs`; scheduled tokens <=
+    `max_num_batched_tokens`; KV blocks held <= `kv_blocks` (when limited)."""
+    cfg, step = view.config, view.rec.step
+    if len(view.running_after) > cfg.max_num_seqs:
+        return Violation("capacity", step,
+                         f"clause running: {len(view.running_after)} running > max_num_seqs {cfg.max_num_seqs}")
+    tokens = sum(view.rec.scheduled.values())
+    if tokens > cfg.max_num_batched_tokens:
+        return Violation("capacity", step, f"clause tokens: {tokens} scheduled > "
+                         f"max_num_batched_tokens {cfg.max_num_batched_tokens}")
+    if cfg.kv_blocks is not None:
+        used = sum(view.blocks_after.values())
+        if used > cfg.kv_blocks:
+            return Violation("capacity", step, f"clause kv: {used} blocks held > kv_blocks {cfg.kv_blocks}")
+    return None
+
+
+def conservation(view: StepView) -> Violation | None:
+    """Every request is in exactly one of waiting / running / finished /
+    aborted; the step loses and duplicates none."""
+    rec, step = view.rec, view.rec.step
+    waiting_after = [r for r in rec.waiting if r not in rec.admitted] + list(rec.preempted)
+    seen: dict[str, str] = {}
+    for where, ids in (("waiting", waiting_after), ("running", view.running_after)):
+        for rid in ids:
+            if rid in seen:
+                return Violation("conservation", step, f"request {rid!r} is both {seen[rid]} and {where}")
+            seen[rid] = where
+    for rid, st in view.status.items():
+        if st in ("waiting", "running") and rid not in seen:
+            return Violation("conservation", step, f"request {rid!r} was {st} and is lost by the step")
+        if st in ("finished", "aborted") and rid in seen:
+            return Violation("conservation", step, f"request {rid!r} is {st} but listed {seen[rid]}")
+    for rid in rec.admitted:
+        if view.status.get(rid) != "waiting":
+            return Violation("conservation", step, f"request {rid!r} admitted while {view.status.get(rid)}")
+    return None
+
+
+def fifo_within_adapter(view: StepView) -> Violation | None:
+    """Two requests of one adapter and one priority are first admitted in
+    arrival order: none is first admitted while an earlier-arrived request of
+    its adapter and priority is still waiting, never admitted."""
+    rec = view.rec
+    admitted_now: set[str] = set()
+    for rid in rec.admitted:
+        if rid in view.ever_admitted:
+            continue
+        key = (view.adapter[rid], view.priority[rid])
+        for other, st in view.status.items():
+            if (
+                st == "waiting"
+                and other not in view.ever_admitted
+                and other not in admitted_now
+                and (view.adapter[other], view.priority[other]) == key
+                and view.seq[other] < view.seq[rid]
+            ):
+                return Violation("fifo_within_adapter", rec.step,
+                                 f"{rid!r} first admitted before {other!r}, which arrived earlier "
+                                 f"with the same adapter {key[0]} and priority {key[1]}")
+        admitted_now.add(rid)
+    return None
+
+
+class PolicyHolds(Protocol):
+    """What a policy declares beyond vLLM's own holds (see `no_hol_blocking`)."""
+
+    def scan_first(self, view: StepView) -> str | None:
+        """A request the policy's scan visits before queue order, if any."""
+        ...
+
+    def hold(self, view: StepView, rid: str) -> str | None:
+        """The reason the policy leaves `rid` waiting on purpose, or None."""
+        ...
+
+
+def no_hol_blocking(view: StepView, holds: PolicyHolds | None = None) -> Violation | None:
+    """A step leaves no waiting request unadmitted that the LoRA cap and
+    capacity would have let in, modulo the holds vLLM declares (no scan in a
+    step that preempted; the scan stops at the first request that does not
+    fit the seats, the token budget, the KV blocks for its whole sequence, or,
+    without chunked prefill, the budget for its prompt; async output still in
+    flight) and those the policy declares (`holds`).
+
+    The scan is replayed in queue order: each request is judged against the
+    capacity left when the scan reached it, not at the end of the step."""
+    cfg, rec = view.config, view.rec
+    if rec.preempted:
+        return None
+    budget = cfg.max_num_batched_tokens - sum(n for r, n in rec.scheduled.items() if r not in rec.admitted)
+    seats = len(rec.running)
+    loras = {view.adapter[r] for r in rec.scheduled if r not in rec.admitted and view.adapter[r] > 0}
+    used = view.used_before_scan
+    admitted = set(rec.admitted)
+    order = list(rec.waiting)
+    first = holds.scan_first(view) if holds is not None else None
+    if first is not None and first in order:
+        order.remove(first)
+        order.insert(0, first)
+    for rid in order:
+        if budget <= 0 or seats >= cfg.max_num_seqs:
+            return None
+        if rid in admitted:
+            budget -= rec.scheduled[rid]
+            seats += 1
+            used += view.blocks_after.get(rid, 0)
+            if view.adapter[rid] > 0:
+                loras.add(view.adapter[rid])
+            continue
+        if rid in view.in_flight:
+            continue  # stale async output: vLLM skips it
+        a = view.adapter[rid]
+        if a > 0 and a not in loras and len(loras) >= cfg.max_loras:
+            continue  # the LoRA cap forbids it
+        if holds is not None and holds.hold(view, rid):
+            continue
+        need = view.num_tokens[rid] - view.computed[rid]
+        if not cfg.chunked_prefill and need > budget:
+            return None  # declared stop: prefill does not fit without chunking
+        if cfg.kv_blocks is not None and blocks_for(view.num_tokens[rid], cfg.block_size) > cfg.kv_blocks - used:
+            return None  # declared stop: whole sequence does not fit the KV blocks
+        return Violation("no_hol_blocking", rec.step,
+                         f"{rid!r} (adapter {a}) left waiting although the LoRA cap "
+                         f"({sorted(loras)} of {cfg.max_loras}) and capacity ({budget} tokens, "
+                         f"{cfg.max_num_seqs - seats} seats) let it in")
+    return None
+
+
+def bounded_wait(
+    requests: dict[str, tuple[int, int | None, str]], last_step: int, bound: int
+) -> Violation | None:
+    """Every request is first admitted within `bound` steps of arriving; a
+    request never admitted (and not aborted) has waited `last_step - arrival`.
+    `requests` maps id -> (arrival, first admitted step or None, status)."""
+    worst: tuple[int, str, int] | None = None
+    for rid, (arrival, first, status) in requests.items():
+        if first is not None:
+            wait = first - arrival
+        elif status == "aborted":
+            continue
+        else:
+            wait = last_step - arrival
+        if wait > bound and (worst is None or wait > worst[0]):
+            worst = (wait, rid, arrival + bound + 1)
+    if worst is not None:
+        wait, rid, step = worst
+        return Violation("bounded_wait", step, f"{rid!r} waited {wait} steps > B = {bound}")
+    return None
+
+
+STEP_PROPERTIES: dict[str, Callable[..., Violation | None]] = {
+    "batch_lora_cap": batch_lora_cap,
+    "running_lora_cap": running_lora_cap,
+    "capacity": capacity,
+    "conservation": conservation,
+    "fifo_within_adapter": fifo_within_adapter,
+    "no_hol_blocking": no_hol_blocking,
+}
+ALL_PROPERTIES = [*STEP_PROPERTIES, "bounded_wait"]

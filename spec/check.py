@@ -89,7 +89,8 @@ def format_report(report: CheckReport) -> str:
     t = report.trace
     lines = [f"trace {t.path}: {len(t.requests())} requests, {len(t.steps())} steps, "
              f"policy {t.config.policy}, source {t.source or '?'}"
-             + ("" if t.complete else " (truncated: last line cut short)")]
+             + ("" if t.complete else f" (truncated: the last line is cut short; the trace stops after step "
+                                       f"{report.last_step})")]
     for name in ALL_PROPERTIES:
         v = report.first.get(name)
         if name == "bounded_wait" and report.bound is None:

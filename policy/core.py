@@ -54,6 +54,18 @@ class Scheduler:
     def add(self, req: Request) -> None:
         if req.id in self.state.reqs:
             raise ScheduleError(f"duplicate request id {req.id!r}")
+        # vLLM rejects a request longer than max_model_len, and refuses to start
+        # unless one max_model_len sequence fits the KV cache and, without
+        # chunked prefill, the token budget. Without these checks a request
+        # could wait forever behind a scan that always stops at it.
+        seq = req.prompt_tokens + req.max_tokens
+        cfg = self.config
+        if not cfg.chunked_prefill and seq > cfg.max_num_batched_tokens:
+            raise ScheduleError(f"request {req.id!r}: prompt_tokens + max_tokens = {seq} exceeds "
+                                f"max_num_batched_tokens {cfg.max_num_batched_tokens} with chunked prefill off")
+        if cfg.kv_blocks is not None and blocks_for(seq, cfg.block_size) > cfg.kv_blocks:
+            raise ScheduleError(f"request {req.id!r}: prompt_tokens + max_tokens = {seq} needs "
+                                f"{blocks_for(seq, cfg.block_size)} KV blocks > kv_blocks {cfg.kv_blocks}")
         rs = ReqState(req=req, seq=self._seq, waiting_since=req.arrival)
         self._seq += 1
         self.state.reqs[req.id] = rs

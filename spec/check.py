@@ -62,14 +62,20 @@ def check_trace(trace: Trace | str, policy: str | None = None) -> CheckReport:
 
         holds = FairHolds()
     obs = Observer(trace.config, holds)
+    # Under async scheduling the events of step t+1 precede step t's line:
+    # each arrival and abort takes effect when the step it names starts.
+    pending = [e for e in trace.events if isinstance(e, (Arrive, Abort))]
     bound, note = bound_for(trace)
     report = CheckReport(trace, bound, note)
     for ev in trace.events:
-        if isinstance(ev, Arrive):
-            obs.arrive(ev.req)
-        elif isinstance(ev, Abort):
-            obs.abort(ev.id)
-        elif isinstance(ev, Step):
+        if isinstance(ev, Step):
+            due = [e for e in pending if e.step <= ev.rec.step]
+            for e in sorted(due, key=lambda e: (e.step, isinstance(e, Abort))):
+                pending.remove(e)
+                if isinstance(e, Arrive):
+                    obs.arrive(e.req)
+                else:
+                    obs.abort(e.id)
             for v in obs.observe(ev.rec):
                 report.counts[v.property] = report.counts.get(v.property, 0) + 1
                 report.first.setdefault(v.property, v)

@@ -81,6 +81,7 @@ class Observer:
             num_tokens={rid: o.num_tokens for rid, o in reqs.items()},
             computed={rid: o.computed for rid, o in reqs.items()},
             waiting_since={rid: o.waiting_since for rid, o in reqs.items()},
+            arrival={rid: o.req.arrival for rid, o in reqs.items()},
             priority={rid: o.req.priority for rid, o in reqs.items()},
             seq={rid: o.seq for rid, o in reqs.items()},
             ever_admitted={rid for rid, o in reqs.items() if o.first_admitted is not None},

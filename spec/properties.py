@@ -34,6 +34,7 @@ class StepView:
     num_tokens: dict[str, int]  # prompt + sampled tokens, when the step starts
     computed: dict[str, int]
     waiting_since: dict[str, int]
+    arrival: dict[str, int]
     priority: dict[str, int]
     seq: dict[str, int]  # arrival order
     ever_admitted: set[str]  # first-admitted before this step

@@ -24,3 +24,6 @@ class BlockingGate:
 
     def admitted(self, ctx: ScanContext, rid: str) -> None:
         pass
+
+    def step_done(self, ctx: ScanContext, batch_loras: set[int]) -> None:
+        pass

@@ -184,6 +184,8 @@ class Scheduler:
                 rec.holds[rid] = "preemption"
         else:
             self._scan_waiting(step, rec, budget, threshold, scheduled_loras)
+        batch = {st.adapter(r) for r in rec.scheduled if st.adapter(r) > 0}
+        self.gate.step_done(ScanContext(st, step, scheduled_loras), batch)
         return rec
 
     def _scan_waiting(

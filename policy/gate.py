@@ -58,3 +58,7 @@ class Gate(Protocol):
     def admitted(self, ctx: ScanContext, rid: str) -> None:
         """Told when `rid` passed every check and joined `running`."""
         ...
+
+    def step_done(self, ctx: ScanContext, batch_loras: set[int]) -> None:
+        """Told at the end of every `schedule()`, scan or not, with the batch's adapters."""
+        ...

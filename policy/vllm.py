@@ -25,3 +25,6 @@ class VllmGate:
 
     def admitted(self, ctx: ScanContext, rid: str) -> None:
         pass
+
+    def step_done(self, ctx: ScanContext, batch_loras: set[int]) -> None:
+        pass

@@ -34,23 +34,27 @@ class CheckReport:
         return not self.first and (self.replay is None or self.replay.ok)
 
 
+def peak_present(trace: Trace) -> int:
+    """Most requests present (waiting or running) at any step of the trace: Q of fair's bound."""
+    return max((len(rec.waiting) + len(rec.running) for rec in trace.steps()), default=0)
+
+
 def bound_for(trace: Trace) -> tuple[int | None, str]:
     """B of `policy.fair` for this trace's config and requests, or why none applies."""
-    from policy.fair import fair_bound
+    from policy.fair import workload_bound
 
     cfg = trace.config
     why = [w for w, bad in (("priority queue", cfg.queue != "fcfs"),
                             ("async scheduling", cfg.async_scheduling),
                             ("limited KV blocks", cfg.kv_blocks is not None)) if bad]
-    reqs = trace.requests().values()
+    reqs = list(trace.requests().values())
     if not reqs:
         return None, "no requests"
     if why:
         return None, "B assumes FCFS, synchronous scheduling and unlimited KV; this trace has " + ", ".join(why)
-    adapters = len({r.adapter for r in reqs if r.adapter > 0})
-    b = fair_bound(cfg, adapters=adapters, max_prompt=max(r.prompt_tokens for r in reqs),
-                   max_output=max(r.max_tokens for r in reqs))
-    return b, f"B = {b} (fair's bound for this config and workload)"
+    q = peak_present(trace)
+    b = workload_bound(cfg, reqs, queue=q)
+    return b, f"B = {b}: fair's bound for this config, Q = {q} requests present at the peak"
 
 
 def check_trace(trace: Trace | str, policy: str | None = None) -> CheckReport:
@@ -60,7 +64,7 @@ def check_trace(trace: Trace | str, policy: str | None = None) -> CheckReport:
     if trace.config.policy == "fair":
         from policy.fair import FairHolds
 
-        holds = FairHolds()
+        holds = FairHolds(trace.config)
     obs = Observer(trace.config, holds)
     # Under async scheduling the events of step t+1 precede step t's line:
     # each arrival and abort takes effect when the step it names starts.

@@ -96,6 +96,8 @@ class Observer:
             v = prop(view, self.holds) if prop.__name__ == "no_hol_blocking" else prop(view)
             if v is not None:
                 found.append(v)
+        if self.holds is not None:
+            self.holds.end(view)
         self._advance(rec, blocks_after)
         self.violations.extend(found)
         return found

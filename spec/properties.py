@@ -135,14 +135,22 @@ def fifo_within_adapter(view: StepView) -> Violation | None:
 
 
 class PolicyHolds(Protocol):
-    """What a policy declares beyond vLLM's own holds (see `no_hol_blocking`)."""
+    """What a policy declares beyond vLLM's own holds (see `no_hol_blocking`).
 
-    def scan_first(self, view: StepView) -> str | None:
-        """A request the policy's scan visits before queue order, if any."""
+    Called in step order: `begin` once when a step's waiting scan starts (not
+    in a step that preempted), `hold` for requests left waiting, `end` after
+    every step."""
+
+    def begin(self, view: StepView) -> str | None:
+        """Start judging a scan; returns a request visited before queue order, if any."""
         ...
 
     def hold(self, view: StepView, rid: str) -> str | None:
         """The reason the policy leaves `rid` waiting on purpose, or None."""
+        ...
+
+    def end(self, view: StepView) -> None:
+        """The step is over (scan or not)."""
         ...
 
 
@@ -165,7 +173,7 @@ def no_hol_blocking(view: StepView, holds: PolicyHolds | None = None) -> Violati
     used = view.used_before_scan
     admitted = set(rec.admitted)
     order = list(rec.waiting)
-    first = holds.scan_first(view) if holds is not None else None
+    first = holds.begin(view) if holds is not None else None
     if first is not None and first in order:
         order.remove(first)
         order.insert(0, first)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from spec.observe import Observer
 from spec.properties import ALL_PROPERTIES, Violation
+from spec.state import blocks_for
 from spec.trace import Abort, Arrive, Step, Trace, TraceError, read_trace
 
 
@@ -44,15 +45,22 @@ def bound_for(trace: Trace) -> tuple[int | None, str]:
     from policy.fair import workload_bound
 
     cfg = trace.config
-    why = [w for w, bad in (("priority queue", cfg.queue != "fcfs"),
-                            ("async scheduling", cfg.async_scheduling),
-                            ("limited KV blocks", cfg.kv_blocks is not None)) if bad]
     reqs = list(trace.requests().values())
     if not reqs:
         return None, "no requests"
-    if why:
-        return None, "B assumes FCFS, synchronous scheduling and unlimited KV; this trace has " + ", ".join(why)
     q = peak_present(trace)
+    # KV that can hold every running request at full length never binds (no
+    # KV stop, no preemption): as good as unlimited for the bound. vLLM's pool
+    # is always finite, so this is how a recorded trace qualifies.
+    longest = max(r.prompt_tokens + r.max_tokens for r in reqs)
+    kv_binds = cfg.kv_blocks is not None and (
+        cfg.kv_blocks < min(q, cfg.max_num_seqs) * blocks_for(longest, cfg.block_size))
+    why = [w for w, bad in (("priority queue", cfg.queue != "fcfs"),
+                            ("async scheduling", cfg.async_scheduling),
+                            ("KV blocks that can run out", kv_binds)) if bad]
+    if why:
+        return None, ("B assumes FCFS, synchronous scheduling and KV that cannot run out; this trace has "
+                      + ", ".join(why))
     b = workload_bound(cfg, reqs, queue=q)
     return b, f"B = {b}: fair's bound for this config, Q = {q} requests present at the peak"
 

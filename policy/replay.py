@@ -25,10 +25,10 @@ class Divergence:
     field: str
     expected: object  # what the reference did
     actual: object  # what the trace says
-    context: str  # the reference state around it
+    context: str  # recent steps and the reference state around it
 
     def __str__(self) -> str:
-        return (f"step {self.step} (line {self.line}): {self.field} differs\n"
+        return (f"step {self.step} (trace line {self.line}): {self.field} differs\n"
                 f"    reference: {self.expected}\n    trace:     {self.actual}\n{self.context}")
 
 
@@ -43,17 +43,28 @@ class ReplayResult:
     def ok(self) -> bool:
         return self.divergence is None
 
+    def describe(self) -> str:
+        if self.ok:
+            return f"replay against {self.policy} ... ok ({self.matched}/{self.total} steps matched)"
+        return (f"replay against {self.policy} ... DIVERGED after {self.matched}/{self.total} steps matched "
+                f"at {self.divergence}")
 
-def _context(sched: Scheduler, rec: StepRecord) -> str:
+
+def _fmt(rec: StepRecord) -> str:
+    return (f"step {rec.step}: waiting={rec.waiting} running={rec.running} scheduled={rec.scheduled} "
+            f"admitted={rec.admitted} preempted={rec.preempted} finished={rec.finished}")
+
+
+def _context(sched: Scheduler, ours: StepRecord, recent: list[str]) -> str:
     st = sched.state
-    rows = []
-    for rid in [*rec.running, *rec.waiting][:24]:
+    rows = ["    recent steps of the trace:", *(f"      {r}" for r in recent[-4:]),
+            f"    reference state after the step (holds: {ours.holds}):"]
+    for rid in [*ours.running, *ours.waiting][:24]:
         rs = st.reqs[rid]
         rows.append(f"      {rid:>12} adapter={rs.req.adapter} prompt={rs.req.prompt_tokens} "
-                    f"max_tokens={rs.req.max_tokens} computed={rs.computed} generated={rs.generated} "
-                    f"status={rs.status}")
-    return (f"    reference state after the step (waiting={st.waiting}, running={st.running}):\n"
-            + "\n".join(rows))
+                    f"max_tokens={rs.req.max_tokens} arrival={rs.req.arrival} priority={rs.req.priority} "
+                    f"computed={rs.computed} generated={rs.generated} blocks={rs.blocks} status={rs.status}")
+    return "\n".join(rows)
 
 
 def replay(trace: Trace, policy: str | None = None) -> ReplayResult:
@@ -64,6 +75,7 @@ def replay(trace: Trace, policy: str | None = None) -> ReplayResult:
     pending: list[tuple[int, object]] = []  # events not yet applied, in file order
     prev: tuple[Step, StepRecord] | None = None  # async: finishes known one step late
     matched = 0
+    recent: list[str] = []
 
     def compare(ev: Step, ours: StepRecord, fields: tuple[str, ...]) -> Divergence | None:
         for f in fields:
@@ -71,7 +83,7 @@ def replay(trace: Trace, policy: str | None = None) -> ReplayResult:
             same = (sorted(want) == sorted(got)) if f == "finished" else (
                 list(want.items()) == list(got.items()) if f == "scheduled" else list(want) == list(got))
             if not same:
-                return Divergence(ev.rec.step, ev.line, f, want, got, _context(sched, ours))
+                return Divergence(ev.rec.step, ev.line, f, want, got, _context(sched, ours, recent))
         return None
 
     events = iter(trace.events)
@@ -95,8 +107,14 @@ def replay(trace: Trace, policy: str | None = None) -> ReplayResult:
         if d is not None:
             return ReplayResult(config.policy, matched, len(steps), d)
         matched += 1
+        recent.append(_fmt(ev.rec))
         prev = (ev, ours)
     if config.async_scheduling and prev is not None:
+        # Aborts after the last step still land before its output is applied
+        # (the driver applies them at the next step, which never comes).
+        for _, e in sorted(pending, key=lambda p: p[0]):
+            if isinstance(e, Abort) and e.id in sched.state.reqs:
+                sched.abort(e.id)
         sched.drain()
         d = compare(prev[0], prev[1], ("finished",))
         if d is not None and trace.complete:

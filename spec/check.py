@@ -12,11 +12,15 @@ import argparse
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from spec.observe import Observer
 from spec.properties import ALL_PROPERTIES, Violation
 from spec.state import blocks_for
 from spec.trace import Abort, Arrive, Step, Trace, TraceError, read_trace
+
+if TYPE_CHECKING:
+    from policy.replay import ReplayResult
 
 
 @dataclass
@@ -26,7 +30,7 @@ class CheckReport:
     bound_note: str
     first: dict[str, Violation] = field(default_factory=dict)  # property -> first violation
     counts: dict[str, int] = field(default_factory=dict)
-    replay: object | None = None  # policy.replay.ReplayResult
+    replay: ReplayResult | None = None
     waits: dict[str, int] = field(default_factory=dict)
     last_step: int = 0
 
@@ -123,13 +127,8 @@ def format_report(report: CheckReport) -> str:
     if report.waits:
         worst = max(report.waits.items(), key=lambda kv: kv[1])
         lines.append(f"worst wait before first admission: {worst[1]} steps ({worst[0]})")
-    r = report.replay
-    if r is not None:
-        if r.ok:
-            lines.append(f"replay against {r.policy} ... ok ({r.matched}/{r.total} steps matched)")
-        else:
-            lines.append(f"replay against {r.policy} ... DIVERGED after {r.matched}/{r.total} steps matched at "
-                         f"{r.divergence}")
+    if report.replay is not None:
+        lines.append(report.replay.describe())
     lines.append("all ok!" if report.ok else "FAILED")
     return "\n".join(lines)
 

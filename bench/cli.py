@@ -1,0 +1,180 @@
+"""`lora-sched bench`: the seed's table, reproduced and extended to `fair`.
+
+Simulated by default (reference policies + the cost model, well under a
+minute); `--speed` adds the reference-vs-vLLM scheduler speed (imports vLLM,
+which alone takes tens of seconds); `--live` runs the policies inside the CPU
+vLLM server. Results go to `--out` as JSON and PNG; stdout gets the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shutil
+import time
+from pathlib import Path
+
+from bench.costmodel import DEFAULT, SEED_BLOCKING, SEED_PR, SEED_RATIO, SEED_ROWS
+from bench.simulate import POLICIES, progress, ratio, seed_config, seed_requests, simulate_policy
+from bench.sweeps import STARVATION_STEPS, STREAM_LENGTHS, starvation_sweep, tuning_sweep
+
+ROWS = [
+    ("Successful requests", "completed", "{:.0f}"),
+    ("Benchmark duration (s)", "duration_s", "{:.2f}"),
+    ("Total input tokens", "total_input_tokens", "{:.0f}"),
+    ("Total generated tokens", "total_output_tokens", "{:.0f}"),
+    ("Request throughput (req/s)", "request_throughput", "{:.2f}"),
+    ("Output token throughput (tok/s)", "output_throughput", "{:.2f}"),
+    ("Total Token throughput (tok/s)", "total_token_throughput", "{:.2f}"),
+    ("Mean TTFT (ms)", "mean_ttft_ms", "{:.2f}"),
+    ("Median TTFT (ms)", "median_ttft_ms", "{:.2f}"),
+    ("P99 TTFT (ms)", "p99_ttft_ms", "{:.2f}"),
+    ("Mean TPOT (ms)", "mean_tpot_ms", "{:.2f}"),
+    ("Median TPOT (ms)", "median_tpot_ms", "{:.2f}"),
+    ("P99 TPOT (ms)", "p99_tpot_ms", "{:.2f}"),
+    ("Mean ITL (ms)", "mean_itl_ms", "{:.2f}"),
+    ("Median ITL (ms)", "median_itl_ms", "{:.2f}"),
+    ("P99 ITL (ms)", "p99_itl_ms", "{:.2f}"),
+]
+LIVE_NEEDS = ("conformance.server", "conformance.assets", "conformance.policies")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default="out/bench", help="output directory (JSON + plots)")
+    parser.add_argument("--prompts", type=int, default=500, help="number of requests (seed: 500)")
+    parser.add_argument("--assign", choices=("round_robin", "random"), default="round_robin",
+                        help="adapter per request: seed_mix's round robin or benchmark_serving's random")
+    parser.add_argument("--tune-values", default=",".join(map(str, STARVATION_STEPS)),
+                        help="starvation_steps values for the fair tuning sweep ('' to skip)")
+    parser.add_argument("--stream-lengths", default=",".join(map(str, STREAM_LENGTHS)))
+    parser.add_argument("--calibrate", action="store_true", help="refit the cost model (~20 s)")
+    parser.add_argument("--speed", action="store_true",
+                        help="also time the reference vs vLLM's Scheduler in-process (imports vLLM)")
+    parser.add_argument("--docs-img", default=None, help="also copy the plots into this directory")
+    parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument("--live", action="store_true", help="run the policies inside the CPU vLLM server")
+
+
+def table(columns: dict[str, dict[str, float]]) -> str:
+    """benchmark_serving's block, one column per run, seed rows included."""
+    names = list(columns)
+    head = f"{'':34}" + "".join(f"{n[:20]:>21}" for n in names)
+    lines = [head, "-" * len(head)]
+    for label, key, fmt in ROWS:
+        cells = "".join(f"{fmt.format(columns[n][key]) if key in columns[n] else '-':>21}" for n in names)
+        lines.append(f"{label:34}{cells}")
+    return "\n".join(lines)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def live_missing() -> list[str]:
+    return [m for m in LIVE_NEEDS if importlib.util.find_spec(m) is None]
+
+
+def main(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.live:
+        missing = live_missing()
+        if missing:
+            print("live mode needs the conformance harness's server and scheduler classes; "
+                  f"missing: {', '.join(missing)} (issue #4). Nothing was run.")
+            return 2
+        from bench.live import main_live  # pragma: no cover - needs the live harness
+        return main_live(args)
+    t_start = time.perf_counter()
+    report: dict = {"cost_model": DEFAULT.to_dict(), "seed": SEED_ROWS}
+    model = DEFAULT
+    if args.calibrate:
+        from bench.simulate import calibrate
+        progress("calibrating the cost model on the seed's PR row ...")
+        model = calibrate()
+        report["cost_model"] = model.to_dict()
+    progress(f"cost model: {model.describe()}")
+
+    cfg = seed_config()
+    reqs = seed_requests(args.prompts, assign=args.assign)
+    runs = {}
+    for p in POLICIES:
+        progress(f"simulating {p} on {len(reqs)} requests ...")
+        runs[p] = simulate_policy(cfg, reqs, p, model)
+        progress(f"  {p}: {len(runs[p].timeline.steps)} steps, reference ran {runs[p].sim_seconds:.2f} s")
+    r_vb = ratio(runs, "vllm", "blocking")
+    r_fv = ratio(runs, "fair", "vllm")
+    report["simulated"] = {"config": cfg.to_dict(), "assign": args.assign,
+                           "runs": {p: r.summary() for p, r in runs.items()},
+                           "ratio_vllm_over_blocking": r_vb, "ratio_fair_over_vllm": r_fv,
+                           "seed_ratio": SEED_RATIO}
+
+    cols = {"seed main V1": SEED_BLOCKING, "sim blocking": runs["blocking"].block,
+            "seed PR #15422": SEED_PR, "sim vllm": runs["vllm"].block, "sim fair": runs["fair"].block}
+    print("== Serving benchmark, seed configuration (simulated; seed columns from vLLM PR #15422) ==")
+    print(table(cols))
+    print(f"\nthroughput vllm/blocking: simulated {r_vb:.2f}x, seed {SEED_RATIO:.2f}x (16.75 / 2.49)")
+    print(f"throughput fair/vllm: simulated {r_fv:.3f} (starvation_steps {cfg.starvation_steps})")
+    print("\nwait before first admission per adapter (steps mean/max | seconds mean/max):")
+    for p, r in runs.items():
+        cells = "  ".join(f"a{a}: {v['mean_wait_steps']:.0f}/{v['max_wait_steps']} | "
+                          f"{v['mean_wait_s']:.1f}/{v['max_wait_s']:.1f}" for a, v in r.adapters.items())
+        print(f"  {p:9} {cells}")
+
+    progress("starvation sweep ...")
+    rows = starvation_sweep(_ints(args.stream_lengths))
+    report["starvation"] = rows
+    print("\n== Starvation stream (max_loras 2; adapters 1, 2 stream; one adapter-3 request) ==")
+    print(f"{'length':>8}{'blocking':>10}{'vllm':>8}{'fair':>8}{'bound B':>9}")
+    for r in rows:
+        print(f"{r['length']:>8}{r['blocking']:>10}{r['vllm']:>8}{r['fair']:>8}{r['bound']:>9}")
+
+    sweep = None
+    values = _ints(args.tune_values)
+    if values:
+        progress("tuning fair's starvation_steps ...")
+        sweep = tuning_sweep(values, model)
+        report["tuning"] = sweep
+        print("\n== fair: throughput(fair)/throughput(vllm) and max wait (steps) vs starvation_steps ==")
+        print(f"{'S':>6}" + "".join(f"{n[:26]:>28}" for n in sweep["workloads"]))
+        for i, s in enumerate(values):
+            cells = "".join(f"{w['rows'][i]['ratio']:>15.3f} {w['rows'][i]['fair_max_wait']:>6}"
+                            f"/{w['rows'][i]['bound']:<5}" for w in sweep["workloads"].values())
+            print(f"{s:>6}{cells}")
+        print("(cells: ratio  max-wait/bound)   vllm max wait: " + ", ".join(
+            f"{n}: {w['vllm_max_wait']}" for n, w in sweep["workloads"].items()))
+        rec = sweep["recommended"]
+        print(f"smallest S with fair >= {sweep['target_ratio']} of vllm on every workload: "
+              f"{rec if rec is not None else 'none in the sweep'}")
+
+    if args.speed:
+        from bench.refspeed import reference_speed, vllm_speed
+        progress("reference speed: importing vLLM and timing its Scheduler ...")
+        ref = reference_speed(cfg, reqs)
+        vl = vllm_speed(cfg, reqs)
+        report["speed"] = {"reference": {"steps": ref.steps, "seconds": ref.seconds,
+                                         "steps_per_s": ref.steps_per_s},
+                           "vllm": {"steps": vl.steps, "seconds": vl.seconds, "steps_per_s": vl.steps_per_s},
+                           "ratio_reference_over_vllm": ref.steps_per_s / vl.steps_per_s}
+        print(f"\nreference `vllm` policy: {ref.steps_per_s:.0f} steps/s ({ref.steps} steps);"
+              f" vLLM Scheduler: {vl.steps_per_s:.0f} steps/s ({vl.steps} steps);"
+              f" ratio {ref.steps_per_s / vl.steps_per_s:.2f}x")
+
+    if not args.no_plots:
+        from bench import plots
+        progress("plots ...")
+        paths = [plots.wait_distribution(runs, out / "waits.png"),
+                 plots.starvation(rows, out / "starvation.png")]
+        if sweep is not None:
+            paths.append(plots.tuning(sweep, out / "tuning.png"))
+        if args.docs_img:
+            dest = Path(args.docs_img)
+            dest.mkdir(parents=True, exist_ok=True)
+            for p in paths:
+                shutil.copy(p, dest / f"bench-{p.name}")
+        report["plots"] = [str(p) for p in paths]
+    report["wall_s"] = time.perf_counter() - t_start
+    (out / "results.json").write_text(json.dumps(report, indent=1, default=str))
+    progress(f"done in {report['wall_s']:.1f} s; results in {out / 'results.json'}")
+    return 0

@@ -1,0 +1,155 @@
+"""`lora-sched conform`: run vLLM (live or in-process) and check it against the reference.
+
+Live (default): generate or reuse the tiny model and adapters, start vLLM's
+OpenAI server on 127.0.0.1 with the policy's recording scheduler class, drive
+the scenario through the HTTP API, stop the server and everything it started,
+then check the recorded trace: every property (`spec.check`) and the replay
+through the reference (`policy.replay`). `--in-process` drives vLLM's
+scheduler class directly instead. Exit 0 only when everything holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from conformance.scenarios import SCENARIOS, VICTIM, Scenario
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", choices=["vllm", "blocking", "fair"], default="vllm")
+    p.add_argument("--scenario", choices=sorted(SCENARIOS), default="seed")
+    p.add_argument("--in-process", action="store_true",
+                   help="drive vLLM's Scheduler class directly (no model, no server)")
+    p.add_argument("--async-scheduling", action="store_true",
+                   help="in-process only: use vLLM's AsyncScheduler")
+    p.add_argument("--model", help="a model directory (default: the generated tiny Llama)")
+    p.add_argument("--lora-module", action="append", default=[], metavar="NAME=PATH",
+                   help="an adapter to serve; adapter k of the scenario is the k-th one given "
+                        "(default: the generated adapters lora1..loraN)")
+    p.add_argument("--out", default="out/conform", help="directory for the trace and the server log")
+    p.add_argument("--tick", type=float, default=0.05, help="live: seconds per arrival step")
+    p.add_argument("--start-timeout", type=float, default=240.0, help="live: seconds to wait for readiness")
+    p.add_argument("--kill-server-after", type=float, metavar="SECONDS",
+                   help="failure injection: SIGKILL the server this long into the run")
+
+
+def check(trace_path: Path, policy: str, scenario: Scenario) -> tuple[bool, list[str]]:
+    """Properties and replay of a (possibly partial) trace; report lines."""
+    from policy import claims
+    from spec.check import check_trace, format_report
+    from spec.trace import TraceError, read_trace
+
+    try:
+        trace = read_trace(trace_path, allow_truncated_tail=True)
+    except TraceError as exc:
+        return False, [f"trace unreadable: {exc}"]
+    report = check_trace(trace, policy)
+    claimed = claims(policy, trace.config)
+    broken = sorted(p for p in report.first if p in claimed)
+    lines = [ln for ln in format_report(report).splitlines() if ln not in ("all ok!", "FAILED")]
+    unclaimed = sorted(p for p in report.first if p not in claimed)
+    if unclaimed:
+        lines.append(f"violations {policy} does not claim to avoid (expected): {', '.join(unclaimed)}")
+    if broken:
+        lines.append(f"CLAIMED PROPERTIES VIOLATED: {', '.join(broken)}")
+    props_ok = not broken
+    rep = report.replay
+    assert rep is not None
+    steps = trace.steps()
+    if scenario.name == "starvation":
+        # Live request ids are the server's; the victim is the adapter-3 request.
+        first = {rid: rec.step for rec in reversed(steps) for rid in rec.admitted}
+        victims = [r for r in trace.requests().values() if r.id == VICTIM or r.adapter == 3]
+        if victims and victims[0].id in first:
+            v = victims[0]
+            lines.append(f"starvation: the adapter-3 request waited {first[v.id] - v.arrival} steps "
+                         f"(arrived at step {v.arrival}, first admitted at step {first[v.id]})")
+        else:
+            lines.append("starvation: the adapter-3 request was never admitted")
+    return props_ok and rep.ok, lines
+
+
+def main(args: argparse.Namespace) -> int:
+    scenario = SCENARIOS[args.scenario]
+    cfg = replace(scenario.config, policy=args.policy)
+    scenario = replace(scenario, config=cfg)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    mode = "inproc" if args.in_process else "live"
+    trace_path = out / f"{args.scenario}-{args.policy}-{mode}.jsonl"
+    t0 = time.monotonic()
+    print(f"conform: scenario {scenario.name} ({scenario.about}), policy {args.policy}, {mode}")
+    if args.in_process:
+        from conformance.inprocess import run_workload
+
+        cfg = replace(cfg, async_scheduling=bool(args.async_scheduling))
+        steps = run_workload(cfg, scenario.workload, trace_path, policy=args.policy)
+        print(f"vLLM scheduler ran {steps} steps in process")
+        ok, lines = check(trace_path, args.policy, scenario)
+        print("\n".join(lines))
+        print(f"trace saved to {trace_path} ({time.monotonic() - t0:.1f} s)")
+        print("conform: ok" if ok else "conform: FAILED")
+        return 0 if ok else 1
+    return _live(args, scenario, trace_path, out, t0)
+
+
+def _live(args: argparse.Namespace, scenario: Scenario, trace_path: Path, out: Path, t0: float) -> int:
+    from conformance.server import LiveServer, ServerError, drive
+
+    n = scenario.adapters()
+    if args.model:
+        model = args.model
+        modules = list(args.lora_module)
+    else:
+        from conformance.assets import ensure_assets
+
+        assets = ensure_assets(max(1, n))
+        model = str(assets.model)
+        modules = list(args.lora_module) or assets.lora_modules()
+    if len(modules) < n:
+        print(f"error: scenario {scenario.name} uses {n} adapters, {len(modules)} given", file=sys.stderr)
+        return 2
+    server = LiveServer(model, modules, args.policy, scenario, trace_path,
+                        out / f"{scenario.name}-{args.policy}-server.log")
+    died = None
+    try:
+        print(f"starting vLLM on 127.0.0.1:{server.port} (log {server.log})")
+        try:
+            server.start(timeout=args.start_timeout)
+        except ServerError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 3
+        print(f"server ready after {time.monotonic() - t0:.1f} s; driving {len(scenario.workload.requests)} "
+              "requests")
+        res = drive(server, scenario, tick=args.tick, kill_after=args.kill_server_after)
+        print(f"client: {res.completed} completed, {res.cancelled} cancelled, {res.failed} failed "
+              f"in {res.seconds:.1f} s")
+        if not server.alive():
+            died = server.proc.returncode if server.proc is not None else None
+    finally:
+        server.stop()
+    ok, lines = check(trace_path, args.policy, scenario)
+    print("\n".join(lines))
+    if died is not None:
+        from spec.trace import read_trace
+
+        try:
+            last = max((r.step for r in read_trace(trace_path, allow_truncated_tail=True).steps()), default=0)
+        except Exception:  # noqa: BLE001
+            last = 0
+        print(f"error: the server died mid-run (exit {died}); the trace stops at step {last}; "
+              f"log tail:\n{_tail(server.log)}", file=sys.stderr)
+        ok = False
+    print(f"trace saved to {trace_path}; live run took {time.monotonic() - t0:.1f} s")
+    print("conform: ok" if ok else "conform: FAILED")
+    return 0 if ok else 1
+
+
+def _tail(path: Path) -> str:
+    from conformance.server import log_tail
+
+    return log_tail(path, 15)

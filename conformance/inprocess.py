@@ -1,0 +1,251 @@
+"""vLLM's real scheduler driven in-process: no model, no server.
+
+`make_scheduler` builds vLLM 0.32's `Scheduler` (or `AsyncScheduler`) the way
+vLLM's own tests do (`tests/v1/core/utils.py::create_scheduler`): a
+`VllmConfig` with a LoRA config and a KV cache config with a chosen number of
+blocks. The model config points at the locally generated tiny Llama
+(`conformance.assets`) because `ModelConfig` reads a real config; no weights
+are loaded. `run_workload` feeds a `policy.driver.Workload` step by step,
+fakes the model runner's output (one sampled, never-EOS token for each
+request that is not mid-prefill, as vLLM's runner does), records the trace
+with the recorder, and `replay` checks it against the reference.
+
+Aborts are applied between two steps (after the previous output, before the
+next `schedule()`), which is where the reference applies them.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+import random
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from policy.driver import Workload
+from policy.replay import ReplayResult, replay
+from spec.config import Config
+from spec.request import Request
+from spec.trace import read_trace
+
+TOKEN = 7  # any id but EOS (2) of the tiny model
+MAX_MODEL_LEN = 2048
+
+
+def _scheduler_classes(policy: str) -> tuple[type, type]:
+    if policy == "vllm":
+        from conformance.recorder import AsyncRecordingScheduler, RecordingScheduler
+        return RecordingScheduler, AsyncRecordingScheduler
+    from conformance import policies
+    return policies.CLASSES[policy]
+
+
+_VLLM_CONFIG_CACHE: dict[tuple, object] = {}
+
+
+def make_scheduler(cfg: Config, policy: str | None = None, *, model: str | None = None,
+                   plenty_blocks: int = 4096):
+    """A recording vLLM scheduler configured like `cfg`.
+
+    `kv_blocks=None` (unlimited) becomes `plenty_blocks`: vLLM has no
+    unlimited pool and builds every block eagerly, so callers pass a number
+    the workload cannot exhaust (the header then states it)."""
+    import torch
+    from vllm.config import CacheConfig, LoRAConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    policy = policy or cfg.policy
+    if model is None:
+        from conformance.assets import ensure_assets
+        model = str(ensure_assets(0).model)
+    max_len = MAX_MODEL_LEN
+    if not cfg.chunked_prefill:
+        max_len = min(max_len, cfg.max_num_batched_tokens)
+    key = (model, cfg.max_loras, cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.chunked_prefill,
+           cfg.long_prefill_token_threshold, cfg.block_size, cfg.queue, cfg.async_scheduling, max_len)
+    vllm_config = _VLLM_CONFIG_CACHE.get(key)
+    if vllm_config is None:
+        scheduler_config = SchedulerConfig(
+            max_num_seqs=cfg.max_num_seqs,
+            max_num_batched_tokens=cfg.max_num_batched_tokens,
+            max_model_len=max_len,
+            long_prefill_token_threshold=cfg.long_prefill_token_threshold,
+            enable_chunked_prefill=cfg.chunked_prefill,
+            async_scheduling=cfg.async_scheduling,
+            policy=cfg.queue,
+            is_encoder_decoder=False,
+        )
+        model_config = ModelConfig(model=model, dtype="float32", seed=0, max_model_len=max_len,
+                                   skip_tokenizer_init=True)
+        cache_config = CacheConfig(block_size=cfg.block_size, enable_prefix_caching=False)
+        vllm_config = VllmConfig(scheduler_config=scheduler_config, model_config=model_config,
+                                 cache_config=cache_config,
+                                 lora_config=LoRAConfig(max_loras=cfg.max_loras, max_lora_rank=8))
+        _VLLM_CONFIG_CACHE[key] = vllm_config
+    num_blocks = (cfg.kv_blocks if cfg.kv_blocks is not None else plenty_blocks) + 1
+    kv_cache_config = KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(
+            block_size=cfg.block_size, num_kv_heads=1, head_size=1, dtype=torch.float32))],
+    )
+    vllm_config.cache_config.num_gpu_blocks = num_blocks  # type: ignore[attr-defined]
+    sync_cls, async_cls = _scheduler_classes(policy)
+    cls = async_cls if cfg.async_scheduling else sync_cls
+    sched = cls(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+                structured_output_manager=StructuredOutputManager(vllm_config),
+                block_size=cfg.block_size, log_stats=False)
+    if hasattr(sched, "starvation_steps"):
+        sched.starvation_steps = cfg.starvation_steps
+    return sched
+
+
+def _vllm_request(req: Request, seq: int):
+    from vllm.lora.request import LoRARequest
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.request import Request as VRequest
+
+    lora = LoRARequest(f"lora{req.adapter}", req.adapter, f"/nonexistent/lora{req.adapter}") \
+        if req.adapter > 0 else None
+    return VRequest(
+        request_id=req.id,
+        prompt_token_ids=[TOKEN] * req.prompt_tokens,
+        sampling_params=SamplingParams(max_tokens=req.max_tokens, ignore_eos=True),
+        pooling_params=None,
+        # vLLM breaks priority ties by (arrival_time, request_id); the
+        # reference by (arrival step, arrival order): make them one.
+        arrival_time=req.arrival * 1_000_000.0 + seq,
+        lora_request=lora,
+        priority=req.priority,
+    )
+
+
+def _model_output(sched_out, sampled: set[str]):
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    ids = list(sched_out.num_scheduled_tokens)
+    return ModelRunnerOutput(
+        req_ids=ids,
+        req_id_to_index={rid: i for i, rid in enumerate(ids)},
+        sampled_token_ids=[[TOKEN] if rid in sampled else [] for rid in ids],
+        logprobs=None,
+        prompt_logprobs_dict={},
+        pooler_output=[],
+    )
+
+
+class Stuck(RuntimeError):
+    """vLLM made no progress (a request that can never fit, for example)."""
+
+
+def run_workload(cfg: Config, workload: Workload, trace_path: str | os.PathLike[str], *,
+                 policy: str | None = None, max_steps: int = 20_000) -> int:
+    """Drive vLLM's scheduler through `workload`, recording to `trace_path`.
+
+    Returns the number of `schedule()` calls. The clock follows the engine:
+    one `schedule()` per step while vLLM has requests; idle steps are jumped.
+    """
+    plenty = sum(-(-(r.prompt_tokens + r.max_tokens) // cfg.block_size) for r in workload.requests) + 1
+    sched = make_scheduler(cfg, policy, plenty_blocks=plenty)
+    sched.start_recording(trace_path)
+    arrivals = sorted(workload.requests, key=lambda r: r.arrival)
+    aborts = sorted(workload.aborts.items(), key=lambda kv: kv[1])
+    ai = bi = seq = 0
+    step = 0
+    queue: list[tuple[object, set[str]]] = []  # async: the batch queue
+    try:
+        while ai < len(arrivals) or sched.has_requests() or queue:
+            step += 1
+            if not sched.has_requests() and not queue and ai < len(arrivals):
+                step = max(step, arrivals[ai].arrival)
+            if step > max_steps:
+                raise Stuck(f"no completion after {max_steps} steps")
+            while ai < len(arrivals) and arrivals[ai].arrival <= step:
+                from dataclasses import replace
+                req = arrivals[ai]
+                if req.arrival < step:
+                    req = replace(req, arrival=step)
+                sched.add_request(_vllm_request(req, seq))
+                seq += 1
+                ai += 1
+            while bi < len(aborts) and aborts[bi][1] <= step:
+                from vllm.v1.request import RequestStatus
+                sched.finish_requests(aborts[bi][0], RequestStatus.FINISHED_ABORTED)
+                bi += 1
+            if sched.has_requests():
+                out = sched.schedule()
+                sampled = {rid for rid in out.num_scheduled_tokens
+                           if not sched.requests[rid].is_prefill_chunk}
+                queue.append((out, sampled))
+                if cfg.async_scheduling and len(queue) < 2:
+                    continue
+            if queue:
+                out, sampled = queue.pop(0)
+                sched.update_from_output(out, _model_output(out, sampled))
+    finally:
+        sched.stop_recording()
+    return step
+
+
+@dataclass
+class Outcome:
+    trace: Path
+    steps: int
+    replay: ReplayResult
+
+
+def conform(cfg: Config, workload: Workload, trace_path: str | os.PathLike[str] | None = None,
+            *, policy: str | None = None) -> Outcome:
+    """Record vLLM on `workload` and replay the trace through the reference."""
+    policy = policy or cfg.policy
+    if trace_path is None:
+        # tmpfs when there is one: the writer fsyncs on close.
+        tmp = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        fd, name = tempfile.mkstemp(prefix="lora-sched-", suffix=".jsonl", dir=tmp)
+        os.close(fd)
+        trace_path = name
+    steps = run_workload(cfg, workload, trace_path, policy=policy)
+    trace = read_trace(trace_path)
+    return Outcome(Path(trace_path), steps, replay(trace, policy))
+
+
+# ---- random workloads --------------------------------------------------------
+
+def random_case(rng: random.Random) -> tuple[Config, Workload]:
+    """A random config and workload exercising every modelled feature."""
+    block_size = rng.choice([4, 8, 16])
+    max_loras = rng.randint(1, 3)
+    budget = rng.choice([8, 16, 32, 64, 128, 512])
+    chunked = rng.random() < 0.8
+    n = rng.randint(1, 14)
+    adapters = rng.randint(1, 5)
+    max_prompt = rng.choice([4, 12, 40, 100])
+    # Without chunked prefill vLLM caps max_model_len at the token budget; a
+    # request must end before it (the model has no max_model_len).
+    max_len = MAX_MODEL_LEN if chunked else budget
+    reqs = []
+    for i in range(n):
+        prompt = rng.randint(1, min(max_prompt, max_len - 1))
+        out = rng.randint(1, min(12, max_len - prompt))
+        reqs.append(Request(f"r{i}", rng.randint(0, adapters), prompt, out, rng.randint(1, 8),
+                            rng.choice([0, 0, 1, 2]) if rng.random() < 0.5 else 0))
+    longest = max(r.prompt_tokens + r.max_tokens for r in reqs)
+    need = -(-longest // block_size)
+    kv = None if rng.random() < 0.4 else rng.randint(need + 1, need * 3 + 2)
+    cfg = Config(
+        max_loras=max_loras,
+        max_num_seqs=min(budget, rng.choice([1, 2, 3, 4, 8, 64])),
+        max_num_batched_tokens=budget,
+        chunked_prefill=chunked,
+        long_prefill_token_threshold=min(max_len, rng.choice([0, 0, 0, 4, 16])),
+        kv_blocks=kv,
+        block_size=block_size,
+        queue=rng.choice(["fcfs", "fcfs", "priority"]),
+        async_scheduling=rng.random() < 0.4,
+        starvation_steps=rng.choice([0, 1, 2, 4, 8]),
+    )
+    aborts = {r.id: r.arrival + rng.randint(0, 10) for r in reqs if rng.random() < 0.15}
+    return cfg, Workload(reqs, aborts)

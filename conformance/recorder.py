@@ -1,0 +1,180 @@
+"""Recording scheduler classes: vLLM's own schedulers, writing a trace.
+
+`RecordingScheduler` subclasses vLLM 0.32's `Scheduler` (and
+`AsyncRecordingScheduler` its `AsyncScheduler`) and changes no decision: it
+only observes `add_request`, `finish_requests`, `schedule` and
+`update_from_output` and writes the `lora-sched-trace` format (DESIGN §5)
+through `spec.trace.TraceWriter`, which flushes every line so that a crashed
+server leaves a readable partial trace.
+
+Why hooks at these four methods: they are the scheduler's whole interface
+with the engine core, both in-process (`conformance.inprocess`) and in the
+server's engine process (`--scheduler-cls conformance.recorder.RecordingScheduler`).
+
+Step numbers count `schedule()` calls. An arrival or abort is stamped with the
+number of the next `schedule()`. A step's line is written when its output is
+applied (`update_from_output`), because only then is `finished` known; under
+async scheduling that happens after the next step has been scheduled, the
+convention `spec.trace.read_trace` and `policy.driver` follow.
+
+The trace path comes from `LORA_SCHED_TRACE` (set by the harness); without
+it the scheduler runs unrecorded, so the class is harmless in a plain server.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import RequestStatus
+
+from spec.config import Config
+from spec.request import Request as SpecRequest
+from spec.state import StepRecord
+from spec.trace import TraceWriter
+
+TRACE_ENV = "LORA_SCHED_TRACE"
+STARVATION_ENV = "LORA_SCHED_STARVATION_STEPS"
+SOURCE = "vllm 0.32.0"
+
+
+@dataclass
+class _Open:
+    """A scheduled step whose output has not been applied yet."""
+
+    record: StepRecord
+
+
+def config_of(sched: Scheduler, policy: str) -> Config:
+    """The model's config for a live vLLM scheduler (DESIGN §2 keys)."""
+    sc = sched.scheduler_config
+    lora = sched.lora_config
+    return Config(
+        max_loras=lora.max_loras if lora is not None else 1,
+        max_num_seqs=sched.max_num_active_reqs,
+        max_num_batched_tokens=sched.max_num_scheduled_tokens,
+        chunked_prefill=bool(sc.enable_chunked_prefill),
+        long_prefill_token_threshold=int(sc.long_prefill_token_threshold or 0),
+        # The block pool reserves one block as the null block.
+        kv_blocks=sched.kv_cache_config.num_blocks - 1,
+        block_size=sched.block_size,
+        queue=str(getattr(sc.policy, "value", sc.policy)),
+        async_scheduling=isinstance(sched, AsyncScheduler),
+        policy=policy,
+        starvation_steps=int(getattr(sched, "starvation_steps", Config().starvation_steps)),
+    )
+
+
+class RecorderMixin:
+    """The recording hooks; mixed in front of a vLLM scheduler class."""
+
+    policy_name = "vllm"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._rec_step = 0
+        self._rec_open: dict[int, _Open] = {}  # id(SchedulerOutput) -> open record
+        self._rec_done: set[str] = set()  # finished or aborted request ids
+        path = os.environ.get(TRACE_ENV)
+        self._rec_writer: TraceWriter | None = None
+        if path:
+            self.start_recording(path)
+
+    # ---- public ------------------------------------------------------------
+    def start_recording(self, path: str | os.PathLike[str]) -> None:
+        """Open `path` and write the header (also used in-process)."""
+        self._check_supported()
+        self._rec_writer = TraceWriter(path, config_of(self, self.policy_name), SOURCE)  # type: ignore[arg-type]
+
+    def stop_recording(self) -> None:
+        if self._rec_writer is not None:
+            self._rec_writer.close()
+            self._rec_writer = None
+
+    def _check_supported(self) -> None:
+        """The model abstracts prefix caching, spec decoding and connectors away;
+        a trace recorded with them on would not be comparable."""
+        s: Any = self
+        if s.cache_config.enable_prefix_caching:
+            raise RuntimeError("recording needs prefix caching off (--no-enable-prefix-caching)")
+        if s.vllm_config.speculative_config is not None:
+            raise RuntimeError("recording does not support speculative decoding")
+
+    # ---- hooks ---------------------------------------------------------------
+    def add_request(self, request: Any) -> None:
+        super().add_request(request)  # type: ignore[misc]
+        w = self._rec_writer
+        if w is None:
+            return
+        sp = request.sampling_params
+        lora = request.lora_request
+        req = SpecRequest(request.request_id, lora.lora_int_id if lora is not None else 0,
+                          request.num_prompt_tokens, int(sp.max_tokens if sp is not None else 1),
+                          self._rec_step + 1, int(request.priority))
+        w.arrive(req, self._rec_step + 1)
+
+    def finish_requests(self, request_ids: Any, finished_status: RequestStatus) -> list[Any]:
+        done = super().finish_requests(request_ids, finished_status)  # type: ignore[misc]
+        for request in done:
+            self._rec_done.add(request.request_id)
+            if self._rec_writer is not None and finished_status == RequestStatus.FINISHED_ABORTED:
+                self._rec_writer.abort(request.request_id, self._rec_step + 1)
+        return done
+
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        s: Any = self
+        self._rec_step += 1
+        if self._rec_writer is None:
+            return super().schedule(*args, **kwargs)  # type: ignore[misc]
+        waiting = [r.request_id for r in s.kv_holding_waiting] + [r.request_id for r in s.waiting]
+        running = [r.request_id for r in s.running]
+        out = super().schedule(*args, **kwargs)  # type: ignore[misc]
+        scheduled = dict(out.num_scheduled_tokens)
+        before = set(running)
+        admitted = [rid for rid in scheduled if rid not in before]
+        preempted_set = set(out.preempted_req_ids or ())
+        # Victims in the order vLLM chose them: the tail of `running` first
+        # under FCFS; under priority the reference orders them the same way
+        # (by decreasing (priority, arrival)).
+        preempted = [rid for rid in reversed(running) if rid in preempted_set]
+        if s.policy.value == "priority":
+            preempted.sort(key=lambda rid: (s.requests[rid].priority, s.requests[rid].arrival_time),
+                           reverse=True)
+        rec = StepRecord(self._rec_step, waiting, running, scheduled, admitted, preempted, [])
+        self._rec_open[id(out)] = _Open(rec)
+        return out
+
+    def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
+        s: Any = self
+        done_before = set(self._rec_done)
+        result = super().update_from_output(scheduler_output, model_runner_output)  # type: ignore[misc]
+        opened = self._rec_open.pop(id(scheduler_output), None)
+        if opened is None or self._rec_writer is None:
+            return result
+        rec = opened.record
+        for rid in rec.scheduled:
+            if rid in done_before:
+                continue
+            request = s.requests.get(rid)
+            if request is None or request.is_finished():
+                rec.finished.append(rid)
+                self._rec_done.add(rid)
+        self._rec_writer.step(rec)
+        return result
+
+    def shutdown(self) -> None:
+        try:
+            super().shutdown()  # type: ignore[misc]
+        finally:
+            self.stop_recording()
+
+
+class RecordingScheduler(RecorderMixin, Scheduler):
+    """vLLM's synchronous `Scheduler`, recorded (policy `vllm`)."""
+
+
+class AsyncRecordingScheduler(RecorderMixin, AsyncScheduler):
+    """vLLM's `AsyncScheduler`, recorded (policy `vllm`)."""

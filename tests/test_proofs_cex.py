@@ -1,0 +1,46 @@
+"""Counterexamples: shortest traces, table, ITF JSON, emitted pytest case."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from proofs import encoding as enc
+from proofs import engine
+from proofs.cex import emit_test, write_itf
+
+
+def test_blocking_hol_cex_is_shortest_and_replays(tmp_path: Path) -> None:
+    r = engine.bmc(enc.Bounds(requests=3), "blocking", "no_hol_blocking", 3)
+    assert r.verdict == "cex" and r.depth == 1 and r.replay_ok, r.detail
+    assert r.cex is not None
+    table = r.cex.table()
+    assert "step   1:" in table and "admitted=" in table
+    itf = tmp_path / "x.itf.json"
+    write_itf(r.cex, str(itf))
+    data = json.loads(itf.read_text())
+    assert data["vars"][0] == "step" and data["states"][0]["#meta"] == {"index": 0}
+    assert len(data["states"]) == r.depth + 1
+    test_file = tmp_path / "test_emitted.py"
+    emit_test(r.cex, str(test_file))
+    spec = importlib.util.spec_from_file_location("test_emitted", test_file)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.test_blocking_no_hol_blocking_replays()
+
+
+def test_skip_breaks_running_cap_under_vllm() -> None:
+    """The skipped-running question: an unscheduled running request's adapter
+    is not counted, so a second adapter is admitted (depth 2)."""
+    r = engine.bmc(enc.Bounds(requests=3, skip=True), "vllm", "running_lora_cap", 3)
+    assert r.verdict == "cex" and r.depth == 2 and r.replay_ok, r.detail
+    assert r.cex is not None and r.cex.skips
+
+
+def test_skip_breaks_batch_cap_under_vllm() -> None:
+    """...and one step later both adapters are scheduled together (depth 3):
+    the reference hits vLLM's own `assert len(scheduled_loras) <= max_loras`."""
+    r = engine.bmc(enc.Bounds(requests=3, skip=True), "vllm", "batch_lora_cap", 4)
+    assert r.verdict == "cex" and r.depth == 3 and r.replay_ok, r.detail

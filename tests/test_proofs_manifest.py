@@ -1,0 +1,26 @@
+"""Re-run every check of proofs/manifest.json; any verdict drift fails.
+
+Violations a policy must have (blocking's head-of-line blocking, vllm's
+starvation, the skipped-running counterexamples) are found by the search and
+must replay in `policy/` with the same violation.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from proofs.checks import Check, run_check
+from proofs.manifest import load
+
+CHECKS = load()
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=[c.extra["name"] for c in CHECKS])
+def test_manifest_verdict(check: Check) -> None:
+    r = run_check(check)
+    assert r.verdict == check.expect, f"{check.label}: {r.verdict} ({r.detail} {r.reason})"
+    if r.verdict == "cex":
+        assert r.cex is not None and r.replay_ok, f"counterexample does not replay: {r.detail}"
+    if check.worst is not None:
+        assert r.worst == check.worst, f"worst wait {r.worst} != manifest {check.worst}"
+        assert r.replay_ok, f"worst-wait witness does not replay: {r.detail}"

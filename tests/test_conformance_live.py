@@ -44,7 +44,7 @@ def test_live_run(tmp_path, policy, capsys):
 def test_server_that_cannot_start(tmp_path, capsys):
     bad = tmp_path / "not-a-model"
     bad.mkdir()
-    rc = cli.main(_args(tmp_path, model=str(bad), lora_module=["lora1=" + str(bad)] * 4,
+    rc = cli.main(_args(tmp_path, model=str(bad), lora_module=[f"lora{i}=" + str(bad) for i in range(1, 6)],
                         start_timeout=120.0))
     err = capsys.readouterr().err
     assert rc != 0

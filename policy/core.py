@@ -73,20 +73,22 @@ class Scheduler:
 
     def abort(self, rid: str) -> bool:
         """Abort wherever it is (vLLM `finish_requests`); False if already done."""
-        st = self.state
-        rs = st.reqs.get(rid)
+        rs = self.state.reqs.get(rid)
         if rs is None:
             raise ScheduleError(f"abort of unknown request {rid!r}")
         if rs.status in ("finished", "aborted"):
             return False
-        if rs.status == "running":
-            st.running.remove(rid)
-        else:
-            st.waiting.remove(rid)
-        rs.status = "aborted"
-        rs.blocks = 0
-        st.aborted.add(rid)
+        self._retire(rid, "aborted")
         return True
+
+    def _retire(self, rid: str, status: str) -> None:
+        """Leave whichever queue holds `rid` (a stale async output can finish a
+        preempted request in `waiting`), free its blocks, record the outcome."""
+        st, rs = self.state, self.state.reqs[rid]
+        (st.running if rs.status == "running" else st.waiting).remove(rid)
+        rs.status = status
+        rs.blocks = 0
+        (st.finished if status == "finished" else st.aborted).add(rid)
 
     def has_work(self) -> bool:
         return bool(self.state.waiting or self.state.running or self._pending)
@@ -308,13 +310,7 @@ class Scheduler:
             if self.config.async_scheduling and not stale:
                 rs.placeholders -= 1
             if rs.generated >= rs.req.max_tokens:
-                if rs.status == "running":
-                    st.running.remove(rid)
-                else:
-                    st.waiting.remove(rid)
-                rs.status = "finished"
-                rs.blocks = 0
-                st.finished.add(rid)
+                self._retire(rid, "finished")
                 finished.append(rid)
         if out.record is not None:
             out.record.finished = finished

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -54,6 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--docs-img", default=None, help="also copy the plots into this directory")
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--live", action="store_true", help="run the policies inside the CPU vLLM server")
+    live = parser.add_argument_group("live mode (--live)")
+    live.add_argument("--live-prompts", type=int, default=200, help="requests per policy")
+    live.add_argument("--live-output", type=int, default=32, help="output tokens per request")
+    live.add_argument("--live-input-mean", type=int, default=60, help="mean prompt tokens (seed: 249)")
+    live.add_argument("--live-starvation-steps", type=int, default=16, help="fair's starvation_steps")
+    live.add_argument("--live-policies", default="blocking,vllm,fair")
+    live.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for each server")
 
 
 def table(columns: dict[str, dict[str, float]]) -> str:
@@ -139,14 +145,18 @@ def main(args: argparse.Namespace) -> int:
         print("\n== fair: throughput(fair)/throughput(vllm) and max wait (steps) vs starvation_steps ==")
         print(f"{'S':>6}" + "".join(f"{n[:26]:>28}" for n in sweep["workloads"]))
         for i, s in enumerate(values):
-            cells = "".join(f"{w['rows'][i]['ratio']:>15.3f} {w['rows'][i]['fair_max_wait']:>6}"
-                            f"/{w['rows'][i]['bound']:<5}" for w in sweep["workloads"].values())
+            cells = "".join(f"{w['rows'][i]['ratio']:>12.3f} {w['rows'][i]['fair_max_wait']:>6} "
+                            f"{w['rows'][i]['guard_steps']:>4}/{w['rows'][i]['steps']:<4}"
+                            for w in sweep["workloads"].values())
             print(f"{s:>6}{cells}")
-        print("(cells: ratio  max-wait/bound)   vllm max wait: " + ", ".join(
-            f"{n}: {w['vllm_max_wait']}" for n, w in sweep["workloads"].items()))
-        rec = sweep["recommended"]
+        print("(cells: fair/vllm throughput, fair's max wait in steps, steps with a guard hold / steps)")
+        print("vllm max wait: " + ", ".join(f"{n}: {w['vllm_max_wait']}" for n, w in sweep["workloads"].items()))
+        print("bound B at the largest S: " + ", ".join(
+            f"{n}: {w['rows'][-1]['bound']}" for n, w in sweep["workloads"].items()))
+        rec, fire = sweep["recommended"], sweep["recommended_firing"]
         print(f"smallest S with fair >= {sweep['target_ratio']} of vllm on every workload: "
-              f"{rec if rec is not None else 'none in the sweep'}")
+              f"{rec if rec is not None else 'none in the sweep'}; with the guard firing on some workload: "
+              f"{fire if fire is not None else 'none in the sweep'}")
 
     if args.speed:
         from bench.refspeed import reference_speed, vllm_speed
@@ -168,11 +178,7 @@ def main(args: argparse.Namespace) -> int:
                  plots.starvation(rows, out / "starvation.png")]
         if sweep is not None:
             paths.append(plots.tuning(sweep, out / "tuning.png"))
-        if args.docs_img:
-            dest = Path(args.docs_img)
-            dest.mkdir(parents=True, exist_ok=True)
-            for p in paths:
-                shutil.copy(p, dest / f"bench-{p.name}")
+        plots.publish(paths, args.docs_img)
         report["plots"] = [str(p) for p in paths]
     report["wall_s"] = time.perf_counter() - t_start
     (out / "results.json").write_text(json.dumps(report, indent=1, default=str))

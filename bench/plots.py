@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import matplotlib
@@ -60,9 +61,18 @@ def tuning(sweep: dict, path: Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     xs = [max(v, 0.5) for v in sweep["values"]]
     for name, w in sweep["workloads"].items():
-        axes[0].plot(xs, [r["ratio"] for r in w["rows"]], "o-", label=name)
-        axes[1].plot(xs, [r["fair_max_wait"] for r in w["rows"]], "o-", label=name)
+        for ax, key in ((axes[0], "ratio"), (axes[1], "fair_max_wait")):
+            ys = [r[key] for r in w["rows"]]
+            (line,) = ax.plot(xs, ys, "-", label=name)
+            # Filled markers: the guard held a victim adapter at this S; hollow: it never did.
+            fired = [r.get("guard_steps", 1) > 0 for r in w["rows"]]
+            ax.scatter([x for x, f in zip(xs, fired, strict=True) if f],
+                       [y for y, f in zip(ys, fired, strict=True) if f], color=line.get_color(), zorder=3)
+            ax.scatter([x for x, f in zip(xs, fired, strict=True) if not f],
+                       [y for y, f in zip(ys, fired, strict=True) if not f], facecolors="none",
+                       edgecolors=line.get_color(), zorder=3)
     axes[0].axhline(sweep["target_ratio"], color="k", linestyle="--", label="0.97 target")
+    axes[0].set_title("filled: guard fired; hollow: guard never fired")
     for ax in axes:
         ax.set_xscale("log")
         ax.set_xlabel("starvation_steps S (0 plotted at 0.5)")
@@ -74,3 +84,43 @@ def tuning(sweep: dict, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def live(runs: dict[str, dict], path: Path) -> Path:
+    """Live runs: TTFT distribution per policy; wait per adapter from the traces."""
+    from bench.live import ttft_quantiles
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for name, v in ttft_quantiles(runs).items():
+        if len(v):
+            axes[0].plot(v, [(i + 1) / len(v) for i in range(len(v))], label=name)
+    axes[0].set_xlabel("TTFT (s), client-side")
+    axes[0].set_ylabel("fraction of requests")
+    axes[0].set_title("live: TTFT distribution per policy")
+    axes[0].legend()
+    width = 0.8 / max(1, len(runs))
+    for i, (name, r) in enumerate(runs.items()):
+        ad = r["trace"]["adapters"]
+        adapters = sorted(ad)
+        xs = [int(a) + (i - (len(runs) - 1) / 2) * width for a in adapters]
+        axes[1].bar(xs, [ad[a]["max_wait_steps"] for a in adapters], width, alpha=0.35)
+        axes[1].bar(xs, [max(ad[a]["mean_wait_steps"], 0.5) for a in adapters], width, label=name)
+    axes[1].set_xlabel("adapter")
+    axes[1].set_ylabel("wait (engine steps): mean solid, max faint")
+    axes[1].set_yscale("log")
+    axes[1].set_title("live: wait before first admission per adapter")
+    axes[1].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def publish(paths: list[Path], docs_img: str | None) -> None:
+    """Copy plots into the docs folder (`--docs-img`) as `bench-NAME.png`."""
+    if not docs_img:
+        return
+    dest = Path(docs_img)
+    dest.mkdir(parents=True, exist_ok=True)
+    for p in paths:
+        shutil.copy(p, dest / f"bench-{p.name}")

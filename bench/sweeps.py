@@ -15,20 +15,31 @@ from dataclasses import replace
 
 from bench.costmodel import DEFAULT, CostModel
 from bench.simulate import progress, seed_config, seed_requests, simulate_policy
-from policy.driver import Workload, run
+from policy.driver import RunResult, Workload, run
 from policy.fair import workload_bound
 from policy.workloads import starvation_stream
 from spec.config import Config
 from spec.request import Request
 
 STREAM_LENGTHS = (10, 20, 40, 80, 160, 320)
-STARVATION_STEPS = (0, 16, 64, 128, 256)
+STARVATION_STEPS = (0, 8, 16, 24, 32, 48, 64, 96, 128, 256)
 TARGET_RATIO = 0.97
 
 
-def bound_for(cfg: Config, reqs: list[Request]) -> int:
-    """B for this workload: its adapters, largest prompt and output."""
-    return workload_bound(cfg, reqs)
+def bound_for(cfg: Config, reqs: list[Request], result: RunResult | None = None) -> int:
+    """B for this workload: its largest prompt and output, and Q = the peak
+    number of requests present in `result` (all of them when no run is given)."""
+    return workload_bound(cfg, reqs, queue=peak_queue(result) if result is not None else None)
+
+
+def peak_queue(result: RunResult) -> int:
+    """Q of `policy.fair.fair_bound`: the most requests waiting or running at any step."""
+    return max((len(rec.waiting) + len(rec.running) for rec in result.records), default=0)
+
+
+def guard_steps(result: RunResult) -> int:
+    """Steps in which `fair`'s guard held a victim adapter's request (rule 4)."""
+    return sum(1 for rec in result.records if "fair_guard" in rec.holds.values())
 
 
 def starvation_sweep(lengths: tuple[int, ...] = STREAM_LENGTHS, *,
@@ -39,11 +50,15 @@ def starvation_sweep(lengths: tuple[int, ...] = STREAM_LENGTHS, *,
         cfg, wl = starvation_stream(n)
         if starvation_steps is not None:
             cfg = replace(cfg, starvation_steps=starvation_steps)
-        row: dict = {"length": n, "bound": bound_for(cfg, wl.requests)}
+        row: dict = {"length": n}
         for policy in ("blocking", "vllm", "fair"):
-            waits = run(cfg, Workload(list(wl.requests)), policy=policy).waits()
+            res = run(cfg, Workload(list(wl.requests)), policy=policy)
+            waits = res.waits()
             row[policy] = waits.get("victim-a3")
             row[f"{policy}_max"] = max(waits.values())
+            if policy == "fair":
+                row["bound"] = bound_for(cfg, wl.requests, res)
+                row["fair_guard_steps"] = guard_steps(res)
         rows.append(row)
         progress(f"starvation stream {n}: victim wait vllm {row['vllm']} fair {row['fair']} "
                  f"(B = {row['bound']})")
@@ -73,12 +88,18 @@ def tuning_sweep(values: tuple[int, ...] = STARVATION_STEPS, model: CostModel = 
             fr = simulate_policy(c, reqs, "fair", model)
             rows.append({"starvation_steps": s,
                          "ratio": fr.block["request_throughput"] / base.block["request_throughput"],
-                         "fair_max_wait": max(fr.waits.values()), "bound": bound_for(c, reqs)})
+                         "fair_max_wait": max(fr.waits.values()), "bound": bound_for(c, reqs, fr.result),
+                         "guard_steps": guard_steps(fr.result), "steps": len(fr.result.records)})
         out["workloads"][name] = {"vllm_max_wait": max(base.waits.values()), "rows": rows}
         progress(f"tuning on {name}: ratio at S={values[0]} {rows[0]['ratio']:.3f}, "
                  f"at S={values[-1]} {rows[-1]['ratio']:.3f}")
     ok = [s for i, s in enumerate(values)
           if all(w["rows"][i]["ratio"] >= TARGET_RATIO for w in out["workloads"].values())]
     out["recommended"] = min(ok) if ok else None
+    # The same, counting only values at which the guard acts on some workload
+    # (an S so large that the guard never fires meets the target trivially).
+    firing = [s for s in ok if any(w["rows"][values.index(s)]["guard_steps"] > 0
+                                   for w in out["workloads"].values())]
+    out["recommended_firing"] = min(firing) if firing else None
     out["target_ratio"] = TARGET_RATIO
     return out

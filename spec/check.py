@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -69,20 +70,13 @@ def bound_for(trace: Trace) -> tuple[int | None, str]:
     return b, f"B = {b}: fair's bound for this config, Q = {q} requests present at the peak"
 
 
-def check_trace(trace: Trace | str, policy: str | None = None) -> CheckReport:
-    if isinstance(trace, str):
-        trace = read_trace(trace, allow_truncated_tail=True)
-    holds = None
-    if trace.config.policy == "fair":
-        from policy.fair import FairHolds
+def observe_trace(trace: Trace, obs: Observer) -> Iterator[list[Violation]]:
+    """Feed `trace` to `obs` in the order events take effect; yield each step's violations.
 
-        holds = FairHolds(trace.config)
-    obs = Observer(trace.config, holds)
-    # Under async scheduling the events of step t+1 precede step t's line:
-    # each arrival and abort takes effect when the step it names starts.
+    Under async scheduling the events of step t+1 precede step t's line in the
+    file: each arrival and abort takes effect when the step it names starts.
+    """
     pending = [e for e in trace.events if isinstance(e, (Arrive, Abort))]
-    bound, note = bound_for(trace)
-    report = CheckReport(trace, bound, note)
     for ev in trace.events:
         if isinstance(ev, Step):
             due = [e for e in pending if e.step <= ev.rec.step]
@@ -92,7 +86,22 @@ def check_trace(trace: Trace | str, policy: str | None = None) -> CheckReport:
                     obs.arrive(e.req)
                 else:
                     obs.abort(e.id)
-            for v in obs.observe(ev.rec):
+            yield obs.observe(ev.rec)
+
+
+def check_trace(trace: Trace | str, policy: str | None = None) -> CheckReport:
+    if isinstance(trace, str):
+        trace = read_trace(trace, allow_truncated_tail=True)
+    holds = None
+    if trace.config.policy == "fair":
+        from policy.fair import FairHolds
+
+        holds = FairHolds(trace.config)
+    obs = Observer(trace.config, holds)
+    bound, note = bound_for(trace)
+    report = CheckReport(trace, bound, note)
+    for found in observe_trace(trace, obs):
+        for v in found:
                 report.counts[v.property] = report.counts.get(v.property, 0) + 1
                 report.first.setdefault(v.property, v)
     for v in obs.close(bound):

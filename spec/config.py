@@ -31,7 +31,7 @@ class Config:
     policy: str = "vllm"
     # `fair` only: steps a LoRA-blocked request may wait before the guard holds
     # the other adapters for it (DESIGN section 3, "starvation guard").
-    starvation_steps: int = 32
+    starvation_steps: int = 16
 
     def __post_init__(self) -> None:
         validate(self)

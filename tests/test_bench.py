@@ -65,3 +65,53 @@ def test_starvation_sweep_vllm_grows_and_fair_stays_bounded() -> None:
     for r in rows:
         assert r["fair"] is not None and r["fair"] <= r["bound"]
         assert r["fair_max"] <= r["bound"]
+
+
+# ---- live mode: the pure parts (no server) ---------------------------------------------------
+
+
+def test_live_block_follows_benchmark_serving_definitions() -> None:
+    from bench.live import RequestTimeline, live_block
+
+    a = RequestTimeline("a", 1, 10, sent=100.0, chunks=[100.5, 100.7, 101.0], output_tokens=3)
+    b = RequestTimeline("b", 2, 20, sent=100.0, chunks=[101.0, 102.0], output_tokens=2)
+    bad = RequestTimeline("c", 3, 30, sent=100.0, error="boom")
+    blk = live_block([a, b, bad])
+    assert blk["completed"] == 2 and blk["failed"] == 1
+    assert blk["duration_s"] == pytest.approx(2.0)  # first send to last chunk
+    assert blk["total_input_tokens"] == 30 and blk["total_output_tokens"] == 5
+    assert blk["request_throughput"] == pytest.approx(1.0)
+    assert blk["total_token_throughput"] == pytest.approx(17.5)
+    assert blk["mean_ttft_ms"] == pytest.approx(750.0)  # (0.5 + 1.0) / 2
+    assert blk["mean_tpot_ms"] == pytest.approx((250.0 + 1000.0) / 2)  # per request, then averaged
+    assert blk["mean_itl_ms"] == pytest.approx((200.0 + 300.0 + 1000.0) / 3)  # gaps pooled
+    assert blk["median_itl_ms"] == pytest.approx(300.0)
+
+
+def test_live_adapter_waits_and_requests() -> None:
+    from bench.live import MAX_MODEL_LEN, adapter_waits, live_requests
+    from spec.request import Request
+
+    reqs = {"x": Request("x", 1, 8, 4, 1), "y": Request("y", 1, 8, 4, 3), "z": Request("z", 2, 8, 4, 2)}
+    waits = adapter_waits(reqs, {"x": 1, "y": 9, "z": 5})
+    assert waits[1] == {"requests": 2, "mean_wait_steps": 3.0, "max_wait_steps": 6}
+    assert waits[2]["max_wait_steps"] == 3
+    live = live_requests(64, output=16, input_mean=40)
+    assert len(live) == 64 and {r.arrival for r in live} == {1}
+    assert all(r.prompt_tokens + r.max_tokens <= MAX_MODEL_LEN for r in live)
+    assert sorted({r.adapter for r in live}) == list(range(1, 9))
+
+
+def test_live_trace_summary_counts_the_fair_guard(tmp_path) -> None:
+    from bench.live import trace_summary
+    from policy.driver import run
+    from policy.workloads import starvation_stream
+
+    cfg, wl = starvation_stream(40)
+    path = tmp_path / "fair.jsonl"
+    res = run(cfg, wl, policy="fair", trace_path=str(path))
+    summary = trace_summary(path)
+    assert summary["steps"] == len(res.records)
+    assert summary["max_wait_steps"] == max(res.waits().values())
+    assert summary["guard_steps"] > 0 and summary["starving_steps"] >= summary["guard_steps"]
+    assert summary["adapters"][3]["max_wait_steps"] == res.waits()["victim-a3"]

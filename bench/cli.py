@@ -42,8 +42,8 @@ LIVE_NEEDS = ("conformance.server", "conformance.assets", "conformance.policies"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="out/bench", help="output directory (JSON + plots)")
     parser.add_argument("--prompts", type=int, default=500, help="number of requests (seed: 500)")
-    parser.add_argument("--assign", choices=("round_robin", "random"), default="round_robin",
-                        help="adapter per request: seed_mix's round robin or benchmark_serving's random")
+    parser.add_argument("--assign", choices=("round_robin", "random"), default="random",
+                        help="adapter per request: benchmark_serving's random.choice (the seed's setup) or round robin")
     parser.add_argument("--tune-values", default=",".join(map(str, STARVATION_STEPS)),
                         help="starvation_steps values for the fair tuning sweep ('' to skip)")
     parser.add_argument("--stream-lengths", default=",".join(map(str, STREAM_LENGTHS)))

@@ -20,7 +20,7 @@ from proofs import encoding as enc
 from spec.config import Config
 from spec.request import Request
 
-B = enc.Bounds(requests=6, adapters=2, max_prompt=4, max_output=3, max_loras=(1, 2), max_num_seqs=(1, 3),
+B = enc.Bounds(requests=7, adapters=3, max_prompt=4, max_output=3, max_loras=(1, 2), max_num_seqs=(1, 3),
                max_num_batched_tokens=(1, 6), starvation_steps=(0, 3), skip=True)
 STEPS_PER_POLICY = 700
 
@@ -32,7 +32,7 @@ class Template:
         self.p = enc.make_params(B)
         s = enc.make_state(B, "pre")
         self.mid = enc.Mid(z3.Int("t"), s.W, s.R, s.F, s.X, s.computed, s.generated, s.admitted_at, s.ever,
-                           s.arrival)
+                           s.arrival, s.Z, s.V, s.AS)
         self.skip = [z3.Bool(f"sk_{i}") for i in range(B.requests)]
         self.post, self.aux, cs = enc.schedule(self.p, policy, self.mid, self.skip, "d")
         self.solver = z3.Solver()
@@ -42,6 +42,7 @@ class Template:
         st, cfg, p, m = sched.state, sched.config, self.p, self.mid
         eqs = [p.M == cfg.max_loras, p.N == cfg.max_num_seqs, p.T == cfg.max_num_batched_tokens,
                p.S == cfg.starvation_steps, m.step == step]
+        eqs += guard_eqs(sched, ids, m.Z, m.V, m.AS)
         for i in range(B.requests):
             rid = ids[i] if i < len(ids) else None
             rs = st.reqs.get(rid) if rid else None
@@ -65,6 +66,11 @@ class Template:
         out: dict = {"waiting": [], "running": [], "finished": [], "aborted": [], "computed": {},
                      "generated": {}, "scheduled": {}}
         post = self.post
+        out["guard"] = (next((ids[i] for i in range(len(ids))
+                              if z3.is_true(mod.eval(post.Z[i], model_completion=True))), None),
+                        {a + 1 for a in range(B.adapters) if z3.is_true(mod.eval(post.V[a], model_completion=True))},
+                        {a + 1: v for a in range(B.adapters)
+                         if (v := mod.eval(post.AS[a], model_completion=True).as_long()) != 0})
         for i, rid in enumerate(ids):
             for name, var in (("waiting", post.W[i]), ("running", post.R[i]), ("finished", post.F[i]),
                               ("aborted", post.X[i])):
@@ -79,10 +85,25 @@ class Template:
         return out
 
 
+def python_guard(sched: Scheduler) -> tuple[str | None, set[int], dict[int, int]]:
+    """fair's FairGuard memory (star, victims, active_since); empty for the other gates."""
+    g = getattr(sched.gate, "guard", None)
+    if g is None:
+        return None, set(), {}
+    return g.star, set(g.victims), dict(g.active_since)
+
+
+def guard_eqs(sched: Scheduler, ids: list[str], Z: list, V: list, AS: list) -> list:
+    star, victims, active = python_guard(sched)
+    return ([Z[i] == (i < len(ids) and ids[i] == star) for i in range(B.requests)]
+            + [V[a] == (a + 1 in victims) for a in range(B.adapters)]
+            + [AS[a] == active.get(a + 1, 0) for a in range(B.adapters)])
+
+
 def python_post(sched: Scheduler, ids: list[str], scheduled: dict[str, int]) -> dict:
     st = sched.state
     out: dict = {"waiting": [], "running": [], "finished": [], "aborted": [], "computed": {},
-                 "generated": {}, "scheduled": dict(scheduled)}
+                 "generated": {}, "scheduled": dict(scheduled), "guard": python_guard(sched)}
     for rid in ids:
         rs = st.reqs[rid]
         out[rs.status].append(rid)
@@ -92,12 +113,16 @@ def python_post(sched: Scheduler, ids: list[str], scheduled: dict[str, int]) -> 
 
 
 def random_run(policy: str, rnd: random.Random, tmpl: Template, budget: list[int]) -> None:
-    cfg = Config(max_loras=rnd.randint(1, 2), max_num_seqs=rnd.randint(1, 3),
-                 max_num_batched_tokens=rnd.randint(1, 6), starvation_steps=rnd.randint(0, 3), policy=policy)
+    if rnd.random() < 0.5:  # any config in the bounds
+        cfg = Config(max_loras=rnd.randint(1, 2), max_num_seqs=rnd.randint(1, 3),
+                     max_num_batched_tokens=rnd.randint(1, 6), starvation_steps=rnd.randint(0, 3), policy=policy)
+    else:  # contended LoRA slots, seats and budget to spare: fair's guard picks victims
+        cfg = Config(max_loras=1, max_num_seqs=rnd.randint(2, 3), max_num_batched_tokens=rnd.randint(3, 6),
+                     starvation_steps=rnd.randint(0, 1), policy=policy)
     sched = Scheduler(cfg, make_gate(policy))
     n = rnd.randint(1, B.requests)
-    reqs = [Request(f"r{i}", rnd.randint(0, 2), rnd.randint(1, 4), rnd.randint(1, 3), 0) for i in range(n)]
-    arrivals = sorted(rnd.randint(1, 6) for _ in range(n))
+    reqs = [Request(f"r{i}", rnd.randint(0, 3), rnd.randint(1, 4), rnd.randint(1, 3), 0) for i in range(n)]
+    arrivals = sorted(rnd.randint(1, 8) for _ in range(n))
     ids: list[str] = []
     step, ai = 0, 0
     while (ai < n or sched.has_work()) and budget[0] > 0:

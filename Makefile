@@ -19,11 +19,16 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
+# The main job: every part once, on the embedded defaults (a few minutes on 2 cores).
 run: install
 	$(BIN)/lora-sched simulate --scenario seed --policy vllm --out $(OUT)/seed-vllm.jsonl
 	$(BIN)/lora-sched check $(OUT)/seed-vllm.jsonl --policy vllm
 	$(BIN)/lora-sched simulate --scenario starvation --policy fair --out $(OUT)/starvation-fair.jsonl
 	$(BIN)/lora-sched check $(OUT)/starvation-fair.jsonl --policy fair
+	$(BIN)/lora-sched prove
+	$(BIN)/lora-sched conform --in-process --scenario starvation --policy vllm --out $(OUT)/conform
+	$(BIN)/lora-sched conform --in-process --scenario starvation --policy fair --out $(OUT)/conform
+	$(BIN)/lora-sched bench --out $(OUT)/bench
 
 test: install
 	$(BIN)/pytest -q

@@ -122,7 +122,6 @@ class FairGuard:
 
     def admitted(self, rid: str) -> None:
         if rid == self.star:
-            self.star_admitted = True
             self.star = None
             self.victims, self._victims_for = set(), None
 

@@ -1,0 +1,544 @@
+"""SMT encoding (Z3, linear integer arithmetic) of one scheduler step.
+
+The step relation of `policy.core.Scheduler` with the `blocking`, `vllm` and
+`fair` gates, over a bounded number of requests R (slots 0..R-1), adapters
+1..A (0 = base model) and steps K (one copy of the state per step).
+
+Abstraction (what is encoded, and what is not):
+
+* FCFS queue, synchronous scheduling, chunked prefill on,
+  `long_prefill_token_threshold` = 0, unlimited KV blocks, hence no
+  preemption. A request is therefore admitted at most once, `waiting` is
+  always in arrival order and `running` is in admission order. Not encoded:
+  the priority queue, KV-limited admission and preemption, async scheduling.
+* Request slot i is the i-th request to arrive (its `seq`); slot i may
+  arrive only once slots 0..i-1 have. Adapter, prompt length and max_tokens
+  of every slot are symbolic within `Bounds`; so are arrival and abort
+  steps (inputs of each step) and the config values `max_loras`,
+  `max_num_seqs`, `max_num_batched_tokens` and `starvation_steps`.
+* DESIGN's optional nondeterministic skip of a running request is an input
+  `skip[i]` of each step, forced false unless `Bounds.skip`.
+* An idle step (nothing waiting or running) changes nothing, which is what
+  `policy.driver.run` does when it jumps over idle steps: step numbers agree.
+
+Membership in waiting / running / finished / aborted is four separate
+booleans per request (not one enum), so `conservation` is a real property
+of the encoding and not true by construction.
+
+Adapter sets are booleans per adapter; "at most `max_loras` adapters" is a
+cardinality constraint (`AtMost`/`AtLeast`) selected by the symbolic value
+of `max_loras`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import z3
+
+POLICIES = ("blocking", "vllm", "fair")
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The finite universe of one check."""
+
+    requests: int = 4
+    adapters: int = 2
+    max_prompt: int = 2
+    max_output: int = 2
+    max_loras: tuple[int, int] = (1, 2)
+    max_num_seqs: tuple[int, int] = (1, 3)
+    max_num_batched_tokens: tuple[int, int] = (1, 4)
+    starvation_steps: tuple[int, int] = (0, 3)
+    skip: bool = False
+    # Arrivals only at steps <= last_arrival (None: any step). bounded_wait
+    # uses it so that every request's wait is observed within the horizon.
+    last_arrival: int | None = None
+
+    def describe(self) -> str:
+        def rng(v: tuple[int, int]) -> str:
+            return str(v[0]) if v[0] == v[1] else f"{v[0]}..{v[1]}"
+
+        return (f"R={self.requests} A={self.adapters} P<={self.max_prompt} L<={self.max_output} "
+                f"max_loras={rng(self.max_loras)} max_num_seqs={rng(self.max_num_seqs)} "
+                f"T={rng(self.max_num_batched_tokens)} S={rng(self.starvation_steps)}"
+                + (" skip" if self.skip else ""))
+
+
+@dataclass
+class Params:
+    """Frozen symbols: per-request parameters and config values."""
+
+    b: Bounds
+    adapter: list[z3.ArithRef]
+    prompt: list[z3.ArithRef]
+    max_tokens: list[z3.ArithRef]
+    M: z3.ArithRef  # max_loras
+    N: z3.ArithRef  # max_num_seqs
+    T: z3.ArithRef  # max_num_batched_tokens
+    S: z3.ArithRef  # starvation_steps
+    is_a: list[list[z3.BoolRef]] = field(default_factory=list)  # is_a[i][a-1]
+    m_eq: dict[int, z3.BoolRef] = field(default_factory=dict)
+
+    def constraints(self) -> list[z3.BoolRef]:
+        b = self.b
+        cs: list[z3.BoolRef] = []
+        for i in range(b.requests):
+            cs += [self.adapter[i] >= 0, self.adapter[i] <= b.adapters,
+                   self.prompt[i] >= 1, self.prompt[i] <= b.max_prompt,
+                   self.max_tokens[i] >= 1, self.max_tokens[i] <= b.max_output]
+        for v, (lo, hi) in ((self.M, b.max_loras), (self.N, b.max_num_seqs),
+                            (self.T, b.max_num_batched_tokens), (self.S, b.starvation_steps)):
+            cs += [v >= lo, v <= hi]
+        return cs
+
+
+def make_params(b: Bounds) -> Params:
+    R = range(b.requests)
+    p = Params(
+        b,
+        [z3.Int(f"adapter_{i}") for i in R],
+        [z3.Int(f"prompt_{i}") for i in R],
+        [z3.Int(f"max_tokens_{i}") for i in R],
+        z3.Int("max_loras"), z3.Int("max_num_seqs"), z3.Int("max_num_batched_tokens"),
+        z3.Int("starvation_steps"),
+    )
+    p.is_a = [[p.adapter[i] == a for a in range(1, b.adapters + 1)] for i in R]
+    p.m_eq = {m: p.M == m for m in range(b.max_loras[0], b.max_loras[1] + 1)}
+    return p
+
+
+@dataclass
+class StateVars:
+    """The scheduler state at the start of a step (before its arrivals)."""
+
+    step: z3.ArithRef
+    W: list[z3.BoolRef]  # waiting
+    R: list[z3.BoolRef]  # running
+    F: list[z3.BoolRef]  # finished
+    X: list[z3.BoolRef]  # aborted
+    computed: list[z3.ArithRef]
+    generated: list[z3.ArithRef]
+    admitted_at: list[z3.ArithRef]  # step of (first and only) admission
+    ever: list[z3.BoolRef]  # admitted at least once
+    arrival: list[z3.ArithRef]
+    # fair's FairGuard memory (constant for the other policies):
+    Z: list[z3.BoolRef]  # Z[i]: slot i is r* (`FairGuard.star`); at most one
+    V: list[z3.BoolRef]  # V[a-1]: adapter a is a victim (`FairGuard.victims`)
+    AS: list[z3.ArithRef]  # AS[a-1]: `active_since[a]`, 0 = absent (steps start at 1)
+
+    def arrived(self, i: int) -> z3.BoolRef:
+        return z3.Or(self.W[i], self.R[i], self.F[i], self.X[i])
+
+
+def make_state(b: Bounds, tag: str) -> StateVars:
+    R = range(b.requests)
+    return StateVars(
+        z3.Int(f"step@{tag}"),
+        [z3.Bool(f"W_{i}@{tag}") for i in R],
+        [z3.Bool(f"R_{i}@{tag}") for i in R],
+        [z3.Bool(f"F_{i}@{tag}") for i in R],
+        [z3.Bool(f"X_{i}@{tag}") for i in R],
+        [z3.Int(f"computed_{i}@{tag}") for i in R],
+        [z3.Int(f"generated_{i}@{tag}") for i in R],
+        [z3.Int(f"admitted_at_{i}@{tag}") for i in R],
+        [z3.Bool(f"ever_{i}@{tag}") for i in R],
+        [z3.Int(f"arrival_{i}@{tag}") for i in R],
+        [z3.Bool(f"Z_{i}@{tag}") for i in R],
+        [z3.Bool(f"V_{a}@{tag}") for a in range(1, b.adapters + 1)],
+        [z3.Int(f"AS_{a}@{tag}") for a in range(1, b.adapters + 1)],
+    )
+
+
+def init(b: Bounds, s: StateVars) -> list[z3.BoolRef]:
+    """The empty scheduler before step 1."""
+    cs: list[z3.BoolRef] = [s.step == 0]
+    for i in range(b.requests):
+        cs += [z3.Not(s.W[i]), z3.Not(s.R[i]), z3.Not(s.F[i]), z3.Not(s.X[i]), z3.Not(s.ever[i]),
+               s.computed[i] == 0, s.generated[i] == 0, s.admitted_at[i] == 0, s.arrival[i] == 0,
+               z3.Not(s.Z[i])]
+    for a in range(b.adapters):
+        cs += [z3.Not(s.V[a]), s.AS[a] == 0]
+    return cs
+
+
+@dataclass
+class Inputs:
+    """The environment's choices in one step."""
+
+    arrive: list[z3.BoolRef]
+    abort: list[z3.BoolRef]
+    skip: list[z3.BoolRef]
+
+
+def make_inputs(b: Bounds, tag: str) -> Inputs:
+    R = range(b.requests)
+    return Inputs([z3.Bool(f"arrive_{i}@{tag}") for i in R],
+                  [z3.Bool(f"abort_{i}@{tag}") for i in R],
+                  [z3.Bool(f"skip_{i}@{tag}") for i in R])
+
+
+@dataclass
+class Mid:
+    """The state once the step's arrivals and aborts are applied."""
+
+    step: z3.ArithRef  # number of this step
+    W: list[z3.BoolRef]
+    R: list[z3.BoolRef]
+    F: list[z3.BoolRef]
+    X: list[z3.BoolRef]
+    computed: list[z3.ArithRef]
+    generated: list[z3.ArithRef]
+    admitted_at: list[z3.ArithRef]
+    ever: list[z3.BoolRef]
+    arrival: list[z3.ArithRef]
+    Z: list[z3.BoolRef]
+    V: list[z3.BoolRef]
+    AS: list[z3.ArithRef]
+
+
+@dataclass
+class StepAux:
+    """Quantities of one `schedule()` that the properties talk about."""
+
+    mid: Mid
+    n: list[z3.ArithRef]  # tokens scheduled per request
+    admitted: list[z3.BoolRef]
+    running_after: list[z3.BoolRef]
+    nohol_violation: z3.BoolRef
+    r_star: list[z3.BoolRef]
+    finished: list[z3.BoolRef]
+
+
+def _atleast(bs: list[z3.BoolRef], k: int) -> z3.BoolRef:
+    if k <= 0:
+        return z3.BoolVal(True)
+    if k > len(bs):
+        return z3.BoolVal(False)
+    return z3.AtLeast(*bs, k)
+
+
+def _atmost(bs: list[z3.BoolRef], k: int) -> z3.BoolRef:
+    if k >= len(bs):
+        return z3.BoolVal(True)
+    return z3.AtMost(*bs, k)
+
+
+def count_le_M(p: Params, bs: list[z3.BoolRef]) -> z3.BoolRef:
+    """At most `max_loras` of `bs` hold (cardinality, per value of M)."""
+    return z3.Or([z3.And(eq, _atmost(bs, m)) for m, eq in p.m_eq.items()])
+
+
+def count_ge_M(p: Params, bs: list[z3.BoolRef]) -> z3.BoolRef:
+    """At least `max_loras` of `bs` hold: the adapter slots are full."""
+    return z3.Or([z3.And(eq, _atleast(bs, m)) for m, eq in p.m_eq.items()])
+
+
+def _in(p: Params, i: int, L: list[z3.BoolRef]) -> z3.BoolRef:
+    return z3.Or([z3.And(p.is_a[i][a], L[a]) for a in range(p.b.adapters)])
+
+
+def _min(x: z3.ArithRef, y: z3.ArithRef) -> z3.ArithRef:
+    return z3.If(x <= y, x, y)
+
+
+def _count(bs: list[z3.BoolRef]) -> z3.ArithRef:
+    return z3.Sum([z3.If(x, 1, 0) for x in bs]) if bs else z3.IntVal(0)
+
+
+def events(b: Bounds, s: StateVars, inp: Inputs) -> tuple[Mid, list[z3.BoolRef]]:
+    """Arrivals join the tail of waiting (in slot order), aborts remove."""
+    cs: list[z3.BoolRef] = []
+    t = s.step + 1
+    n = b.requests
+    for i in range(n):
+        cs.append(z3.Implies(inp.arrive[i], z3.Not(s.arrived(i))))
+        for j in range(i):
+            cs.append(z3.Implies(inp.arrive[i], z3.Or(s.arrived(j), inp.arrive[j])))
+        if b.last_arrival is not None:
+            cs.append(z3.Implies(inp.arrive[i], t <= b.last_arrival))
+        cs.append(z3.Implies(inp.abort[i], z3.Or(s.W[i], s.R[i], inp.arrive[i])))
+        if not b.skip:
+            cs.append(z3.Not(inp.skip[i]))
+    W = [z3.And(z3.Or(s.W[i], inp.arrive[i]), z3.Not(inp.abort[i])) for i in range(n)]
+    R = [z3.And(s.R[i], z3.Not(inp.abort[i])) for i in range(n)]
+    X = [z3.Or(s.X[i], inp.abort[i]) for i in range(n)]
+    arrival = [z3.If(inp.arrive[i], t, s.arrival[i]) for i in range(n)]
+    return Mid(t, W, R, list(s.F), X, list(s.computed), list(s.generated),
+               list(s.admitted_at), list(s.ever), arrival, list(s.Z), list(s.V), list(s.AS)), cs
+
+
+def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
+             ) -> tuple[StateVars, StepAux, list[z3.BoolRef]]:
+    """One `schedule()` plus its model output, from the post-event state `m`.
+
+    Returns the next state (fresh variables), the step's aux quantities and
+    the constraints defining them.
+    """
+    b = p.b
+    n_req, A = b.requests, b.adapters
+    rng = range(n_req)
+    cs: list[z3.BoolRef] = []
+    t = m.step
+    need = [p.prompt[i] + m.generated[i] - m.computed[i] for i in rng]
+
+    # --- running phase: running order is admission order (step, then slot).
+    nr = [z3.Int(f"nrun_{i}@{tag}") for i in rng]
+    for i in rng:
+        ahead = []
+        for j in rng:
+            if j == i:
+                continue
+            prec = (m.admitted_at[j] < m.admitted_at[i]) if j > i else (m.admitted_at[j] <= m.admitted_at[i])
+            ahead.append(z3.If(z3.And(m.R[j], prec), nr[j], 0))
+        rem = p.T - z3.Sum(ahead) if ahead else p.T
+        go = z3.And(m.R[i], z3.Not(skip[i]))
+        cs.append(nr[i] == z3.If(z3.And(go, rem > 0), _min(need[i], rem), 0))
+    sched_run = [nr[i] > 0 for i in rng]
+    B0 = p.T - z3.Sum(nr)
+    L0 = [z3.Or([z3.And(sched_run[i], p.is_a[i][a]) for i in rng]) for a in range(A)]
+    seats0 = _count(m.R)
+
+    def cap(i: int, L: list[z3.BoolRef]) -> z3.BoolRef:
+        return z3.And(p.adapter[i] > 0, z3.Not(_in(p, i, L)), count_ge_M(p, L))
+
+    # --- fair (`policy.fair.FairGuard`): r* is sticky, visited first; a
+    # victim adapter is held while r* is cap-blocked.
+    r_star = [z3.BoolVal(False) for _ in rng]
+    held_on: z3.BoolRef = z3.BoolVal(False)
+    V2 = [z3.BoolVal(False) for _ in range(A)]
+    B, seats, L = B0, seats0, L0
+    adm0 = [z3.BoolVal(False) for _ in rng]
+    ok0: z3.BoolRef = z3.BoolVal(False)
+    if policy == "fair":
+        # begin_scan: keep r* while it is waiting, else the first waiting
+        # request of an adapter not in scheduled_loras that waited >= S.
+        sticky = z3.Or([z3.And(m.Z[i], m.W[i]) for i in rng])
+        cand = [z3.And(m.W[i], p.adapter[i] > 0, z3.Not(_in(p, i, L0)), t - m.arrival[i] >= p.S) for i in rng]
+        first = [z3.And(cand[i], *[z3.Not(cand[j]) for j in range(i)]) for i in rng]
+        r_star = [z3.If(sticky, m.Z[i], first[i]) for i in rng]
+        has_star = z3.Or(r_star)
+        # victims reset when r* changes (a new r* is never the old one: the
+        # old one is no longer waiting); kept when there is none before/after.
+        reset = z3.And(z3.Not(sticky), z3.Or(z3.Or(m.Z), z3.Or(first)))
+        V1 = [z3.And(m.V[a], z3.Not(reset)) for a in range(A)]
+        # The scan reaches r* first: seats and budget decide whether it is visited.
+        reach = z3.And(has_star, B0 > 0, seats0 < p.N)
+        star_in_L0 = z3.Or([z3.And(r_star[i], _in(p, i, L0)) for i in rng])
+        full0 = count_ge_M(p, L0)
+        # visit_star: cap-blocked and no current victim in the batch -> add the
+        # adapter of L0 with the smallest (active_since, id).
+        add = z3.And(reach, z3.Not(star_in_L0), full0, z3.Not(z3.Or([z3.And(V1[a], L0[a]) for a in range(A)])))
+        oldest = [z3.And(L0[a], *[z3.Implies(L0[c], z3.Or(m.AS[a] < m.AS[c], z3.And(m.AS[a] == m.AS[c], a < c)))
+                                  for c in range(A) if c != a]) for a in range(A)]
+        V2 = [z3.Or(V1[a], z3.And(add, oldest[a])) for a in range(A)]
+        star_pos = z3.Or([z3.And(r_star[i], p.adapter[i] > 0) for i in rng])
+        ok0 = z3.And(reach, z3.Not(z3.And(star_pos, z3.Not(star_in_L0), full0)))
+        adm0 = [z3.And(r_star[i], ok0) for i in rng]
+        n0 = z3.Sum([z3.If(adm0[i], _min(need[i], B0), 0) for i in rng])
+        B = B0 - n0
+        seats = seats0 + z3.If(ok0, 1, 0)
+        L = [z3.Or(L0[a], z3.Or([z3.And(adm0[i], p.is_a[i][a]) for i in rng])) for a in range(A)]
+        # holds: r* not admitted (admitted() clears r* and the victims).
+        held_on = z3.And(has_star, z3.Not(ok0))
+
+    # --- waiting scan in queue (slot) order.
+    adm: list[z3.BoolRef] = []
+    nw: list[z3.ArithRef] = []
+    nohol: list[z3.BoolRef] = []
+    stop: z3.BoolRef = z3.BoolVal(False)
+    for i in rng:
+        bi = z3.Int(f"budget_{i}@{tag}")
+        cs.append(bi == B)
+        visited = z3.And(m.W[i], z3.Not(r_star[i]))
+        open_ = z3.And(bi > 0, seats < p.N)
+        capb = cap(i, L)
+        guard = z3.And(held_on, _in(p, i, V2))
+        a_i = z3.And(visited, open_, z3.Not(stop), z3.Not(capb), z3.Not(guard))
+        nohol.append(z3.And(visited, z3.Not(a_i), open_, z3.Not(capb), z3.Not(guard)))
+        if policy == "blocking":
+            stop = z3.Or(stop, z3.And(visited, open_, capb))
+        n_i = z3.If(a_i, _min(need[i], bi), 0)
+        adm.append(z3.Or(a_i, adm0[i]))
+        nw.append(z3.If(adm0[i], _min(need[i], B0), n_i))
+        B = bi - n_i
+        seats = seats + z3.If(a_i, 1, 0)
+        L = [z3.Or(L[a], z3.And(a_i, p.is_a[i][a])) for a in range(A)]
+
+    # --- model output.
+    s2 = make_state(b, tag)
+    n = [nr[i] + nw[i] for i in rng]
+    fin = []
+    for i in rng:
+        sample = z3.And(n[i] > 0, m.computed[i] + n[i] >= p.prompt[i] + m.generated[i])
+        g2 = m.generated[i] + z3.If(sample, 1, 0)
+        f_i = z3.And(sample, g2 >= p.max_tokens[i])
+        fin.append(f_i)
+        cs += [
+            s2.computed[i] == m.computed[i] + n[i],
+            s2.generated[i] == g2,
+            s2.R[i] == z3.And(z3.Or(m.R[i], adm[i]), z3.Not(f_i)),
+            s2.W[i] == z3.And(m.W[i], z3.Not(adm[i])),
+            s2.F[i] == z3.Or(m.F[i], f_i),
+            s2.X[i] == m.X[i],
+            s2.ever[i] == z3.Or(m.ever[i], adm[i]),
+            s2.admitted_at[i] == z3.If(adm[i], t, m.admitted_at[i]),
+            s2.arrival[i] == m.arrival[i],
+        ]
+    cs.append(s2.step == t)
+    if policy == "fair":
+        idle = z3.Not(z3.Or(*m.W, *m.R))  # the driver does not call schedule(): memory unchanged
+        batch = [z3.Or([z3.And(n[i] > 0, p.is_a[i][a]) for i in rng]) for a in range(A)]
+        for i in rng:
+            cs.append(s2.Z[i] == z3.If(idle, m.Z[i], z3.And(r_star[i], z3.Not(ok0))))
+        for a in range(A):
+            cs.append(s2.V[a] == z3.If(idle, m.V[a], z3.And(V2[a], z3.Not(ok0))))
+            cs.append(s2.AS[a] == z3.If(idle, m.AS[a],
+                                        z3.If(batch[a], z3.If(m.AS[a] > 0, m.AS[a], t), 0)))
+    else:
+        cs += [s2.Z[i] == m.Z[i] for i in rng]
+        cs += [s2.V[a] == m.V[a] for a in range(A)] + [s2.AS[a] == m.AS[a] for a in range(A)]
+    aux = StepAux(m, n, adm, [z3.Or(m.R[i], adm[i]) for i in rng], z3.Or(nohol), r_star, fin)
+    return s2, aux, cs
+
+
+# ---- properties (over one step) -----------------------------------------
+
+def prop_batch_lora_cap(p: Params, aux: StepAux) -> z3.BoolRef:
+    """Distinct adapters among the scheduled requests <= max_loras: the batch
+    must fit the LoRA slots of the model runner."""
+    rng = range(p.b.requests)
+    U = [z3.Or([z3.And(aux.n[i] > 0, p.is_a[i][a]) for i in rng]) for a in range(p.b.adapters)]
+    return count_le_M(p, U)
+
+
+def prop_running_lora_cap(p: Params, aux: StepAux) -> z3.BoolRef:
+    """Distinct adapters among all running requests (scheduled or not) <=
+    max_loras once the step is scheduled."""
+    rng = range(p.b.requests)
+    U = [z3.Or([z3.And(aux.running_after[i], p.is_a[i][a]) for i in rng]) for a in range(p.b.adapters)]
+    return count_le_M(p, U)
+
+
+def prop_capacity(p: Params, aux: StepAux) -> z3.BoolRef:
+    """Running <= max_num_seqs and scheduled tokens <= max_num_batched_tokens
+    (KV blocks are unlimited in this encoding)."""
+    return z3.And(_count(aux.running_after) <= p.N, z3.Sum(aux.n) <= p.T)
+
+
+def state_partition(s: StateVars | Mid, i: int) -> z3.BoolRef:
+    return z3.AtMost(s.W[i], s.R[i], s.F[i], s.X[i], 1)
+
+
+def prop_conservation(p: Params, aux: StepAux, s2: StateVars) -> z3.BoolRef:
+    """Every arrived request is in exactly one of waiting / running /
+    finished / aborted after the step; only waiting requests are admitted."""
+    m = aux.mid
+    cs = []
+    for i in range(p.b.requests):
+        was = z3.Or(m.W[i], m.R[i], m.F[i], m.X[i])
+        cs += [state_partition(s2, i), s2.arrived(i) == was, z3.Implies(aux.admitted[i], m.W[i])]
+    return z3.And(cs)
+
+
+def prop_fifo_within_adapter(p: Params, aux: StepAux) -> z3.BoolRef:
+    """No request is first admitted while an earlier-arrived request of its
+    adapter is still waiting, never admitted (all priorities are 0 here)."""
+    m = aux.mid
+    cs = []
+    for i in range(p.b.requests):
+        for j in range(i):
+            cs.append(z3.Not(z3.And(
+                aux.admitted[i], z3.Not(m.ever[i]), p.adapter[j] == p.adapter[i],
+                m.W[j], z3.Not(m.ever[j]), z3.Not(aux.admitted[j]))))
+    return z3.And(cs)
+
+
+def prop_no_hol_blocking(p: Params, aux: StepAux) -> z3.BoolRef:
+    """No waiting request is left unadmitted that the LoRA cap and capacity
+    (judged when the scan reaches it) would have let in, modulo fair's guard."""
+    return z3.Not(aux.nohol_violation)
+
+
+def waiting_too_long(p: Params, aux: StepAux, s2: StateVars, bound: int) -> z3.BoolRef:
+    """Some request is still not admitted at step arrival + bound: its wait
+    (first admission - arrival) exceeds `bound`."""
+    m = aux.mid
+    return z3.Or([z3.And(s2.W[i], z3.Not(s2.ever[i]), m.step - m.arrival[i] >= bound)
+                  for i in range(p.b.requests)])
+
+
+SAFETY = ("batch_lora_cap", "running_lora_cap", "capacity", "conservation", "fifo_within_adapter")
+STEP_PROPS = (*SAFETY, "no_hol_blocking")
+
+
+def step_property(name: str, p: Params, aux: StepAux, s2: StateVars) -> z3.BoolRef:
+    if name == "batch_lora_cap":
+        return prop_batch_lora_cap(p, aux)
+    if name == "running_lora_cap":
+        return prop_running_lora_cap(p, aux)
+    if name == "capacity":
+        return prop_capacity(p, aux)
+    if name == "conservation":
+        return prop_conservation(p, aux, s2)
+    if name == "fifo_within_adapter":
+        return prop_fifo_within_adapter(p, aux)
+    if name == "no_hol_blocking":
+        return prop_no_hol_blocking(p, aux)
+    raise ValueError(f"unknown step property {name!r}")
+
+
+# ---- strengthening invariants (named state predicates) -------------------
+
+def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False) -> dict[str, z3.BoolRef]:
+    """State predicates that make the safety properties inductive.
+
+    partition: each request is in at most one of W/R/F/X.
+    arrival_prefix: slots arrive in order (slot i arrived => slot j<i arrived).
+    unarrived_blank: a request not yet arrived has no tokens, was never admitted.
+    arrival_steps: arrival steps are past steps, nondecreasing in slot order.
+    fresh_waiting: a waiting request was never admitted and has no tokens
+      (no preemption in this encoding).
+    running_counters: a running request was admitted at a past step, is in
+      prefill (computed < prompt, nothing generated) or decoding
+      (computed = prompt + generated - 1, generated < max_tokens).
+    seats: running requests <= max_num_seqs.
+    running_loras (only without the skip): distinct running adapters <= max_loras.
+    fifo_state: a request of adapter a was admitted only if no earlier request
+      of a is still waiting.
+    star_first (fair only): r* is at most one arrived request, and a waiting r* has
+      no earlier waiting request of its adapter (it was the first candidate
+      of its adapter when chosen, and requests arrive in slot order).
+    """
+    b = p.b
+    rng = range(b.requests)
+    inv: dict[str, z3.BoolRef] = {}
+    inv["partition"] = z3.And([state_partition(s, i) for i in rng])
+    inv["arrival_prefix"] = z3.And([z3.Implies(s.arrived(i), s.arrived(j)) for i in rng for j in range(i)]
+                                   + [s.step >= 0])
+    inv["unarrived_blank"] = z3.And([z3.Implies(z3.Not(s.arrived(i)), z3.And(
+        z3.Not(s.ever[i]), s.computed[i] == 0, s.generated[i] == 0)) for i in rng])
+    inv["arrival_steps"] = z3.And([z3.Implies(s.arrived(i), z3.And(s.arrival[i] >= 1, s.arrival[i] <= s.step))
+                                   for i in rng]
+                                  + [z3.Implies(s.arrived(i), s.arrival[j] <= s.arrival[i])
+                                     for i in rng for j in range(i)])
+    inv["fresh_waiting"] = z3.And([z3.Implies(s.W[i], z3.And(z3.Not(s.ever[i]), s.computed[i] == 0,
+                                                             s.generated[i] == 0)) for i in rng])
+    inv["running_counters"] = z3.And([z3.Implies(s.R[i], z3.And(
+        s.ever[i], s.admitted_at[i] <= s.step, s.admitted_at[i] >= 1,
+        s.generated[i] < p.max_tokens[i],
+        z3.Or(z3.And(s.computed[i] >= 1, s.computed[i] < p.prompt[i], s.generated[i] == 0),
+              z3.And(s.generated[i] >= 1, s.computed[i] == p.prompt[i] + s.generated[i] - 1))))
+        for i in rng])
+    inv["seats"] = _count(s.R) <= p.N
+    if running_cap:
+        U = [z3.Or([z3.And(s.R[i], p.is_a[i][a]) for i in rng]) for a in range(b.adapters)]
+        inv["running_loras"] = count_le_M(p, U)
+    inv["fifo_state"] = z3.And([z3.Not(z3.And(s.ever[i], p.adapter[j] == p.adapter[i], s.W[j]))
+                                for i in rng for j in range(i)])
+    if fair:
+        inv["star_first"] = z3.And([_atmost(list(s.Z), 1)] + [z3.Implies(s.Z[i], s.arrived(i)) for i in rng]
+                                   + [z3.Not(z3.And(s.Z[i], s.W[i], s.W[j], p.adapter[j] == p.adapter[i]))
+                                      for i in rng for j in range(i)])
+    return inv

@@ -195,6 +195,8 @@ def no_hol_blocking(view: StepView, holds: PolicyHolds | None = None) -> Violati
         if holds is not None and holds.hold(view, rid):
             continue
         need = view.num_tokens[rid] - view.computed[rid]
+        if len(rec.running) + len(rec.waiting) > 1 and 0 < cfg.long_prefill_token_threshold < need:
+            need = cfg.long_prefill_token_threshold  # vLLM caps the chunk before this check
         if not cfg.chunked_prefill and need > budget:
             return None  # declared stop: prefill does not fit without chunking
         if cfg.kv_blocks is not None and blocks_for(view.num_tokens[rid], cfg.block_size) > cfg.kv_blocks - used:

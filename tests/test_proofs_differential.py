@@ -22,7 +22,7 @@ from spec.request import Request
 
 B = enc.Bounds(requests=7, adapters=3, max_prompt=4, max_output=3, max_loras=(1, 2), max_num_seqs=(1, 3),
                max_num_batched_tokens=(1, 6), starvation_steps=(0, 3), skip=True)
-STEPS_PER_POLICY = 700
+STEPS_PER_POLICY = 1000  # 3000 random states in all (issue #3: "thousands")
 
 
 class Template:

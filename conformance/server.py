@@ -66,6 +66,14 @@ class LiveServer:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen | None = None
 
+    def max_model_len(self) -> int:
+        """512, or what a small KV pool can hold: vLLM refuses to start unless
+        one max_model_len sequence fits the KV cache (scenario `kv`: 6 x 32)."""
+        cfg = self.scenario.config
+        if cfg.kv_blocks is None:
+            return 512
+        return min(512, cfg.kv_blocks * cfg.block_size)
+
     def command(self) -> list[str]:
         cfg = self.scenario.config
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
@@ -76,7 +84,7 @@ class LiveServer:
                "--no-enable-prefix-caching",
                "--max-num-seqs", str(cfg.max_num_seqs),
                "--max-num-batched-tokens", str(cfg.max_num_batched_tokens),
-               "--max-model-len", "512", "--seed", "0",
+               "--max-model-len", str(self.max_model_len()), "--seed", "0",
                "--block-size", str(cfg.block_size)]
         if self.lora_modules:
             cmd += ["--lora-modules", *self.lora_modules]

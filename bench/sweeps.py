@@ -20,6 +20,7 @@ from policy.fair import workload_bound
 from policy.workloads import starvation_stream
 from spec.config import Config
 from spec.request import Request
+from spec.state import peak_present
 
 STREAM_LENGTHS = (10, 20, 40, 80, 160, 320)
 STARVATION_STEPS = (0, 8, 16, 24, 32, 48, 64, 96, 128, 256)
@@ -29,12 +30,7 @@ TARGET_RATIO = 0.97
 def bound_for(cfg: Config, reqs: list[Request], result: RunResult | None = None) -> int:
     """B for this workload: its largest prompt and output, and Q = the peak
     number of requests present in `result` (all of them when no run is given)."""
-    return workload_bound(cfg, reqs, queue=peak_queue(result) if result is not None else None)
-
-
-def peak_queue(result: RunResult) -> int:
-    """Q of `policy.fair.fair_bound`: the most requests waiting or running at any step."""
-    return max((len(rec.waiting) + len(rec.running) for rec in result.records), default=0)
+    return workload_bound(cfg, reqs, queue=peak_present(result.records) if result is not None else None)
 
 
 def guard_steps(result: RunResult) -> int:

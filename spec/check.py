@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from spec.observe import Observer
 from spec.properties import ALL_PROPERTIES, Violation
-from spec.state import blocks_for
+from spec.state import blocks_for, peak_present
 from spec.trace import Abort, Arrive, Step, Trace, TraceError, read_trace
 
 if TYPE_CHECKING:
@@ -40,11 +40,6 @@ class CheckReport:
         return not self.first and (self.replay is None or self.replay.ok)
 
 
-def peak_present(trace: Trace) -> int:
-    """Most requests present (waiting or running) at any step of the trace: Q of fair's bound."""
-    return max((len(rec.waiting) + len(rec.running) for rec in trace.steps()), default=0)
-
-
 def bound_for(trace: Trace) -> tuple[int | None, str]:
     """B of `policy.fair` for this trace's config and requests, or why none applies."""
     from policy.fair import workload_bound
@@ -53,7 +48,7 @@ def bound_for(trace: Trace) -> tuple[int | None, str]:
     reqs = list(trace.requests().values())
     if not reqs:
         return None, "no requests"
-    q = peak_present(trace)
+    q = peak_present(trace.steps())
     # KV that can hold every running request at full length never binds (no
     # KV stop, no preemption): as good as unlimited for the bound. vLLM's pool
     # is always finite, so this is how a recorded trace qualifies.

@@ -8,10 +8,16 @@ counters, KV blocks held, and the finished / aborted sets. Field names follow
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from spec.config import Config
 from spec.request import Request
+
+
+def peak_present(records: Iterable[StepRecord]) -> int:
+    """Q of `policy.fair.fair_bound`: the most requests waiting or running when a step starts."""
+    return max((len(r.waiting) + len(r.running) for r in records), default=0)
 
 
 def blocks_for(tokens: int, block_size: int) -> int:

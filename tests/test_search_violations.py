@@ -25,7 +25,7 @@ from strategies import scenarios
 
 from policy.driver import Workload, run
 from policy.fair import workload_bound
-from spec.check import check_trace
+from spec.check import check_trace, observe_trace
 from spec.config import Config
 from spec.observe import Observer
 from spec.request import Request
@@ -101,11 +101,8 @@ def test_vllm_starves_a_request_past_any_fixed_bound():
     assert overtaken_by, "later requests must be admitted while the victim waits"
     # The trace checker sees the same starvation with B = STARVE_BOUND.
     obs = Observer(trace.config)
-    for ev in trace.events:
-        if hasattr(ev, "req"):
-            obs.arrive(ev.req)
-        elif hasattr(ev, "rec"):
-            obs.observe(ev.rec)
+    for _ in observe_trace(trace, obs):
+        pass
     found = obs.close(STARVE_BOUND)
     assert [v.property for v in found] == ["bounded_wait"]
     # fair on the same workload: within B (its assumptions hold here).

@@ -16,6 +16,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import example, given, settings, target
 from hypothesis import strategies as st
+from planted import LoraOnlyStarGate
 
 from policy.driver import RunResult, Workload, run
 from policy.fair import workload_bound
@@ -23,7 +24,6 @@ from policy.workloads import FAMILIES, behind_lora_stream
 from spec.config import Config
 from spec.request import Request
 from spec.state import peak_present
-from planted import LoraOnlyStarGate
 
 LENGTHS = (40, 80, 160)
 VARIANTS = {
@@ -52,8 +52,8 @@ def test_fair_worst_wait_does_not_grow_with_the_stream(family, variant, s):
         result = run(replace(cfg, policy="fair", starvation_steps=s), wl)
         worst.append(_worst(result))
         bounds.append(_bound(result, wl))
-    assert worst[-1] <= worst[0], f"{family}/{variant}/S={s}: worst wait grows {dict(zip(LENGTHS, worst))}"
-    assert all(w <= b for w, b in zip(worst, bounds)), (worst, bounds)
+    assert worst[-1] <= worst[0], f"{family}/{variant}/S={s}: worst wait grows {dict(zip(LENGTHS, worst, strict=True))}"
+    assert all(w <= b for w, b in zip(worst, bounds, strict=True)), (worst, bounds)
 
 
 def test_vllm_worst_wait_grows_on_the_starvation_family():

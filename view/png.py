@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.collections import PolyCollection  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
@@ -46,13 +47,22 @@ def _rect(x0: float, x1: float, y0: float, y1: float) -> list[tuple[float, float
 
 
 def render(layout: Layout, path: str | os.PathLike[str], *, dpi: int = 110) -> Drawn:
+    """Draw `layout` into the PNG file `path`; returns what was drawn."""
+    fig, drawn = figure(layout, dpi=dpi)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return drawn
+
+
+def figure(layout: Layout, *, dpi: int = 110) -> tuple[Figure, Drawn]:
+    """The figure of `layout` (axes: the band, then the rows) and what was put on it."""
     drawn = Drawn()
     n = len(layout.rows)
     row_h = 0.22 if n <= LABEL_ROWS else max(0.028, min(0.22, 14.0 / max(n, 1)))
     height_rows = max(1.2, n * row_h)
     peak = max([len(set(s.running) | set(s.batch)) for s in layout.steps] + [layout.max_loras])
     band_h = 1.3 + 0.08 * peak
-    fig = plt.figure(figsize=(13, band_h + height_rows + 1.6))
+    fig = plt.figure(figsize=(13, band_h + height_rows + 1.6), dpi=dpi)
     gs = fig.add_gridspec(2, 1, height_ratios=[band_h, height_rows], hspace=0.06)
     band = fig.add_subplot(gs[0])
     ax = fig.add_subplot(gs[1], sharex=band)
@@ -161,6 +171,4 @@ def render(layout: Layout, path: str | os.PathLike[str], *, dpi: int = 110) -> D
     fig.legend(handles=handles, loc="lower center", ncol=6, fontsize=7, frameon=False,
                title="segments in the adapter's colour (shown: adapter 1)", title_fontsize=7)
     fig.subplots_adjust(left=0.1, right=0.9, top=1 - 0.55 / fig.get_figheight(), bottom=1.0 / fig.get_figheight())
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-    return drawn
+    return fig, drawn

@@ -267,7 +267,7 @@
       var r = yrow(py), nh = Math.max(3, (view.y1 - view.y0) * factor);
       view.y0 = Math.max(0, r - (r - view.y0) * nh / (view.y1 - view.y0)); view.y1 = view.y0 + nh;
     } else {
-      var s = xstep(px), nw = Math.max(4, (view.x1 - view.x0) * factor);
+      var s = xstep(px), nw = Math.max(1.5, (view.x1 - view.x0) * factor);
       view.x0 = s - (s - view.x0) * nw / (view.x1 - view.x0); view.x1 = view.x0 + nw;
     }
     draw();

@@ -319,9 +319,9 @@ def build(trace: Trace) -> Layout:
         lasso = meta.get("lasso")
         if isinstance(lasso, dict) and "loop" in lasso:
             k1, k2 = lasso["loop"]
-            steps_txt = f"step {k2}" if k2 == k1 + 1 else f"steps {k1 + 1}-{k2}"
+            steps_txt = f"step {k2} repeats" if k2 == k1 + 1 else f"steps {k1 + 1}-{k2} repeat"
             regions.append({"start": k1 + 1, "end": k2,
-                            "label": f"lasso: {steps_txt} repeat forever, {lasso.get('victim', '?')} never admitted"})
+                            "label": f"lasso: {steps_txt} forever, {lasso.get('victim', '?')} never admitted"})
     else:
         title = f"{os.path.basename(trace.path)}: policy {cfg.policy}"
     subtitle = (f"{len(rows)} requests, {len(steps)} steps, max_loras {cfg.max_loras}, "
@@ -329,6 +329,10 @@ def build(trace: Trace) -> Layout:
                 + (f", S = {cfg.starvation_steps}" if cfg.policy == "fair" else "")
                 + (f"; {bound_note}" if bound is not None and cfg.policy == "fair" else "")
                 + ("" if trace.complete else "; truncated trace"))
+    worst = max(rows.values(), key=lambda r: r.wait, default=None)
+    if worst is not None:
+        subtitle += f"; longest wait {worst.wait} steps ({worst.id}" + (
+            ", never admitted)" if worst.first_admitted is None else ")")
     return Layout(title, subtitle, cfg.policy, cfg.max_loras, ordered, steps, violations, bound, regions)
 
 

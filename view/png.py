@@ -58,7 +58,7 @@ def figure(layout: Layout, *, dpi: int = 110) -> tuple[Figure, Drawn]:
     """The figure of `layout` (axes: the band, then the rows) and what was put on it."""
     drawn = Drawn()
     n = len(layout.rows)
-    row_h = 0.22 if n <= LABEL_ROWS else max(0.028, min(0.22, 14.0 / max(n, 1)))
+    row_h = 0.22 if n <= 40 else max(0.02, min(0.22, 10.0 / max(n, 1)))
     height_rows = max(1.2, n * row_h)
     peak = max([len(set(s.running) | set(s.batch)) for s in layout.steps] + [layout.max_loras])
     band_h = 1.3 + 0.08 * peak
@@ -95,6 +95,7 @@ def figure(layout: Layout, *, dpi: int = 110) -> tuple[Figure, Drawn]:
         band.text(x1, -0.6, " victim held for r*", va="center", ha="left", fontsize=8)
     band.set_ylim(-1.1 if any(s.victims for s in layout.steps) else 0, peak + 1.3)
     band.set_ylabel("adapters\nin batch", fontsize=8)
+    band.yaxis.set_major_locator(MaxNLocator(integer=True))
     band.tick_params(labelbottom=False, labelsize=8)
     band.set_title(f"{layout.title}\n{layout.subtitle}", fontsize=9, loc="left")
     for reg in layout.regions:

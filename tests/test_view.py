@@ -135,6 +135,27 @@ def test_preemptions_aborts_and_decodes_follow_the_trace(tmp_path):
             assert sum(s.steps for s in r.segments if s.kind == "decode") == r.max_tokens - 1
 
 
+def test_throttled_steps_are_shown(tmp_path):
+    """A step line with `"throttle": true` (the DP prefill throttle) is shaded in the band; others are not."""
+    src = simulate(tmp_path, "seed", "vllm")
+    lines = src.read_text().splitlines()
+    steps = [i for i, line in enumerate(lines) if json.loads(line)["kind"] == "step"]
+    throttled = []
+    for i in steps[1::2]:
+        obj = json.loads(lines[i])
+        obj["throttle"] = True
+        throttled.append(obj["step"])
+        lines[i] = json.dumps(obj)
+    out = tmp_path / "throttle.jsonl"
+    out.write_text("\n".join(lines) + "\n")
+    layout = layout_file(out)
+    assert throttled and [s.step for s in layout.steps if s.throttle] == throttled
+    fig, _ = png.figure(layout)
+    band = fig.axes[0]
+    shaded = [p for p in band.patches if p.get_facecolor()[:3] == tuple(c / 255 for c in rgb("#dddddd"))]
+    assert len(shaded) == len(throttled)
+
+
 # ---- the PNG ------------------------------------------------------------------------------------
 
 

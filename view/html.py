@@ -76,7 +76,8 @@ def page(layout: Layout) -> str:
 &nbsp; wheel: zoom steps, shift+wheel: zoom rows, drag: pan, double-click: reset; hover for details</div></div>
 <div id="wrap"><canvas id="timeline"></canvas><div id="tip"></div></div>
 <div id="legend">{legend}<br>{adapters} &nbsp; | finished &nbsp; &#9660; preempted &nbsp; &#10005; aborted
-&nbsp; <span style="color:#d62728">&#9675; violation</span> &nbsp; &#9733; r* (boxed while r*)</div>
+&nbsp; <span style="color:#d62728">&#9675; violation</span> &nbsp; &#9733; r* (boxed while r*)
+{_swatch("#dddddd", "throttled step (band)")}</div>
 <ul id="view-errors"></ul>
 <div id="view-status" data-ready="0"></div>
 <script type="application/json" id="layout-data">{payload}</script>

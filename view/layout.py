@@ -227,30 +227,6 @@ def load(path: str | os.PathLike[str]) -> Trace:
     return read_trace(spath, allow_truncated_tail=True)
 
 
-def throttled_steps(trace: Trace) -> set[int]:
-    """Steps whose line says `"throttle": true` (vLLM's DP prefill throttle; absent = false).
-
-    Read from the file itself so the picture shows them whether or not the
-    trace reader keeps the key; an ITF counterexample has none."""
-    if trace.source.endswith("(ITF)"):
-        return set()
-    steps: set[int] = set()
-    try:
-        with open(trace.path, encoding="utf-8") as f:
-            for line in f:
-                if '"throttle"' not in line:
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a truncated tail: the reader already decided about it
-                if isinstance(obj, dict) and obj.get("kind") == "step" and obj.get("throttle") is True:
-                    steps.add(obj.get("step"))
-    except OSError:
-        pass
-    return steps
-
-
 def _involved(v: Violation, rec: Any, adapter: dict[str, int], known: set[str]) -> list[str]:
     """The requests a violation names (quoted ids), or for the cap properties the batch / running set."""
     named = [r for r in re.findall(r"'([^']+)'", v.message) if r in known]
@@ -281,7 +257,6 @@ def build(trace: Trace) -> Layout:
     steps: list[StepInfo] = []
     violations: list[ViolationMark] = []
     records = {}
-    throttled = throttled_steps(trace)
     gen = observe_trace(trace, obs)
     for rec in trace.steps():
         before = {rid: obs.reqs[rid].computed if rid in obs.reqs else 0 for rid in rec.scheduled}
@@ -315,7 +290,7 @@ def build(trace: Trace) -> Layout:
             sorted({adapter[r] for r in after if adapter[r] > 0}),
             sum(rec.scheduled.values()),
             len(rec.scheduled),
-            bool(getattr(rec, "throttle", False)) or rec.step in throttled,
+            rec.throttle,
             star,
             victims,
         ))

@@ -11,6 +11,7 @@ over hundreds of steps render in about a second.
 from __future__ import annotations
 
 import os
+import textwrap
 from dataclasses import dataclass, field
 
 import matplotlib
@@ -97,7 +98,7 @@ def figure(layout: Layout, *, dpi: int = 110) -> tuple[Figure, Drawn]:
     band.set_ylabel("adapters\nin batch", fontsize=8)
     band.yaxis.set_major_locator(MaxNLocator(integer=True))
     band.tick_params(labelbottom=False, labelsize=8)
-    band.set_title(f"{layout.title}\n{layout.subtitle}", fontsize=9, loc="left")
+    band.set_title(f"{layout.title}\n" + textwrap.fill(layout.subtitle, 150), fontsize=9, loc="left")
     for reg in layout.regions:
         for a in (band, ax):
             a.axvspan(reg["start"] - 0.5, reg["end"] + 0.5, color="#fff2b3", zorder=0)
@@ -135,9 +136,10 @@ def figure(layout: Layout, *, dpi: int = 110) -> tuple[Figure, Drawn]:
             a.axvline(v.step, color=VIOLATION_COLOR, linewidth=0.8, alpha=0.7, zorder=3)
         if v.property not in seen:
             seen.add(v.property)
-            band.text(v.step, peak + 0.3, f" {v.property} (step {v.step})", color=VIOLATION_COLOR,
-                      fontsize=8, va="bottom", ha="left", rotation=0)
+            band.text(v.step, peak + 0.2 + 0.55 * len(drawn.violation_labels), f" {v.property} (step {v.step})",
+                      color=VIOLATION_COLOR, fontsize=8, va="bottom", ha="left")
             drawn.violation_labels.append(v.property)
+    band.set_ylim(band.get_ylim()[0], peak + 1.3 + 0.55 * max(0, len(seen) - 1))
 
     ax.set_xlim(x0, x1)
     ax.set_ylim(n, 0)
@@ -167,6 +169,8 @@ def figure(layout: Layout, *, dpi: int = 110) -> tuple[Figure, Drawn]:
                      label=KIND_LABELS[k]) for k in KINDS]
     handles += [Line2D([], [], linestyle="none", marker=m, color=c, markerfacecolor="none" if k == "violation" else c,
                        label=k) for k, (m, c) in style.items()]
+    if any(s.throttle for s in layout.steps):
+        handles.append(Patch(facecolor="#dddddd", label="throttled step (band)"))
     if layout.policy == "fair":
         handles.append(Line2D([], [], linestyle="none", marker="*", color="black", label="r* (boxed while r*)"))
     fig.legend(handles=handles, loc="lower center", ncol=6, fontsize=7, frameon=False,

@@ -166,7 +166,7 @@
     });
     ctx.restore();
     // violations: a line through band and rows, the property's name above
-    var named = {};
+    var named = {}, nNamed = 0;
     data.violations.forEach(function (v) {
       if (v.step < view.x0 || v.step > view.x1) return;
       var px = sx(v.step);
@@ -174,7 +174,8 @@
       ctx.beginPath(); ctx.moveTo(px, bandTop); ctx.lineTo(px, H - G.bottom); ctx.stroke(); ctx.globalAlpha = 1;
       if (!named[v.property]) {
         named[v.property] = 1;
-        ctx.fillStyle = data.violation_color; ctx.fillText(v.property + " (step " + v.step + ")", px + 3, bandTop + 10);
+        ctx.fillStyle = data.violation_color;
+        ctx.fillText(v.property + " (step " + v.step + ")", px + 3, bandTop + 10 + 12 * nNamed++);
       }
     });
     // row labels

@@ -156,6 +156,20 @@ def test_throttled_steps_are_shown(tmp_path):
     assert len(shaded) == len(throttled)
 
 
+def test_docs_throttle_crash_pictures_tell_the_truth():
+    """The traces behind docs/img/view-throttle-crash-*.png: under vllm a request of a new adapter is
+    admitted in a throttled step and the batch later breaks the cap; fair keeps both caps."""
+    vllm = layout_file(ROOT / "docs" / "traces" / "throttle-crash-vllm.jsonl")
+    first = {v.property: v for v in reversed(vllm.violations)}
+    assert {"running_lora_cap", "batch_lora_cap"} <= set(first)
+    steps = {s.step: s for s in vllm.steps}
+    assert steps[first["running_lora_cap"].step].throttle
+    assert len(steps[first["batch_lora_cap"].step].batch) > vllm.max_loras
+    fair = layout_file(ROOT / "docs" / "traces" / "throttle-crash-fair.jsonl")
+    assert any(s.throttle for s in fair.steps)
+    assert not {"running_lora_cap", "batch_lora_cap"} & {v.property for v in fair.violations}
+
+
 # ---- the PNG ------------------------------------------------------------------------------------
 
 

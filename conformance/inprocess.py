@@ -153,7 +153,7 @@ def run_workload(cfg: Config, workload: Workload, trace_path: str | os.PathLike[
     """
     plenty = sum(-(-(r.prompt_tokens + r.max_tokens) // cfg.block_size) for r in workload.requests) + 1
     sched = make_scheduler(cfg, policy, plenty_blocks=plenty, scheduler_class=scheduler_class)
-    sched.start_recording(trace_path)
+    sched.start_recording(trace_path, async_scheduling=cfg.async_scheduling)
     arrivals = sorted(workload.requests, key=lambda r: r.arrival)
     aborts = sorted(workload.aborts.items(), key=lambda kv: kv[1])
     ai = bi = seq = 0

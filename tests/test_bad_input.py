@@ -147,6 +147,7 @@ BAD_TRACES = {
     "duplicate in a list": ([*GOOD[:2], stepl(1, waiting=["a", "a"], scheduled={"a": 4}, admitted=["a"])], 3,
                             "field 'waiting' lists request 'a' twice"),
     "wrong type step": ([*GOOD[:2], {**GOOD[2], "step": "1"}], 3, "field 'step' must be an integer"),
+    "integer written as 1.0": ([*GOOD[:2], {**GOOD[2], "step": 1.0}], 3, "field 'step' must be an integer"),
     "wrong type list": ([*GOOD[:2], {**GOOD[2], "waiting": "a"}], 3, "field 'waiting' must be a list"),
     "wrong type tokens": ([*GOOD[:2], {**GOOD[2], "scheduled": {"a": "4"}}], 3,
                           "scheduled tokens for 'a' must be a positive integer"),

@@ -9,8 +9,8 @@ Each server is driven by vLLM's own benchmark client, `vllm bench serve`
 request rate inf, every request for one of the 8 adapters
 (`--lora-modules`, vLLM's random assignment, seeded), random prompts (its
 `random` dataset: nothing can be downloaded) of a mean length scaled down
-from the seed's, `--ignore-eos` so each gives exactly its output length, and
-max_loras 4 as the seed. The table is vLLM's own result block (its
+from the seed's (uniform within +-50%), a fixed output length with
+`--ignore-eos`, and max_loras 4 as the seed. The table is vLLM's own result block (its
 `--save-result` JSON) next to the seed's columns; vLLM's printed block is
 shown too.
 
@@ -40,7 +40,8 @@ from spec.request import Request
 LIVE_PROMPTS = 200
 LIVE_OUTPUT = 32
 LIVE_INPUT_MEAN = 60  # tokens per prompt on average (the seed: 249)
-LIVE_RANGE_RATIO = 0.5  # vLLM's random dataset: prompt lengths uniform in mean * [0.5, 1.5]
+# vLLM's random dataset: prompt lengths uniform in mean * [0.5, 1.5], output lengths exact.
+LIVE_RANGE_RATIO = '{"input": 0.5, "output": 0.0}'
 LIVE_STARVATION_STEPS = 16  # the value the simulated tuning recommends
 LIVE_SEED = 0
 RESULT_BLOCK_START = " Serving Benchmark Result "
@@ -114,7 +115,7 @@ def client_command(port: int, tokenizer: str, lora_names: list[str], *, prompts:
             "--model", "base", "--tokenizer", tokenizer,
             "--dataset-name", "random", "--num-prompts", str(prompts),
             "--random-input-len", str(input_len), "--random-output-len", str(output_len),
-            "--random-range-ratio", str(LIVE_RANGE_RATIO), "--ignore-eos",
+            "--random-range-ratio", LIVE_RANGE_RATIO, "--ignore-eos",
             "--request-rate", "inf", "--seed", str(LIVE_SEED),
             "--lora-modules", *lora_names, "--lora-assignment", "random",
             "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "99",

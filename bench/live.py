@@ -120,7 +120,7 @@ def client_command(port: int, tokenizer: str, lora_names: list[str], *, prompts:
             "--lora-modules", *lora_names, "--lora-assignment", "random",
             "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "99",
             "--ready-check-timeout-sec", "0", "--disable-tqdm",
-            "--save-result", "--result-dir", str(result_dir), "--result-filename", result_file]
+            "--save-result", "--save-detailed", "--result-dir", str(result_dir), "--result-filename", result_file]
 
 
 def result_block(result: dict) -> dict[str, float]:

@@ -128,7 +128,7 @@ def test_live_client_command_parses_with_vllms_own_parser(tmp_path) -> None:
     add_cli_args(parser)
     a = parser.parse_args(cmd[3:])
     assert (a.dataset_name, a.num_prompts, a.random_input_len, a.random_output_len) == ("random", 10, 60, 32)
-    assert a.request_rate == float("inf") and a.ignore_eos and a.save_result
+    assert a.request_rate == float("inf") and a.ignore_eos and a.save_result and a.save_detailed  # ttfts, errors
     assert a.lora_modules == ["lora1", "lora2"] and a.base_url == "http://127.0.0.1:8123"
     assert (a.result_dir, a.result_filename) == (str(tmp_path), "r.json")
 

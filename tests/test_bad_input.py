@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from verdicts import verdicts
 
 from spec.check import check_trace
 from spec.config import Config, ConfigError
@@ -253,7 +254,7 @@ def test_cli_check_reports_bad_trace(tmp_path, name):
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {path}:{line_no}: "), proc.stderr
     assert reason in err[0]
-    out = json.loads(proc.stdout)
+    out = verdicts(proc.stdout, proc.returncode)
     assert (out["version"], out["tool"], out["command"], out["ok"]) == (1, "lora-sched", "check", False)
     assert out["error"]["line"] == line_no and reason in out["error"]["reason"]
 
@@ -272,7 +273,7 @@ def test_cli_check_reports_violation(tmp_path, name):
     proc = subprocess.run([sys.executable, "-m", "lora_sched.cli", "check", path, "--json"],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    out = json.loads(proc.stdout)
+    out = verdicts(proc.stdout, proc.returncode)
     res = {r["property"]: r for r in out["results"]}
     assert res[prop]["verdict"] == "violated"
     assert (res[prop]["step"], res[prop]["line"]) == (step, line_no)

@@ -9,12 +9,14 @@ are read from `check --json`.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from verdicts import verdicts as parse_verdicts
+
+from spec.properties import ALL_PROPERTIES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,7 +34,7 @@ def simulate_and_check(tmp_path: Path, policy: str, scenario: str) -> tuple[int,
     assert f"trace written to {out}" in sim.stdout
     chk = cli("check", str(out), "--policy", policy, "--json")
     assert "Traceback" not in chk.stdout + chk.stderr
-    res = json.loads(chk.stdout)
+    res = parse_verdicts(chk.stdout, chk.returncode)
     assert (res["version"], res["tool"], res["command"]) == (1, "lora-sched", "check")
     rep = res["replay"]
     assert rep["policy"] == policy and rep["verdict"] == "ok", rep
@@ -50,8 +52,7 @@ def test_simulate_then_check_passes(tmp_path, policy):
     code, res = simulate_and_check(tmp_path, policy, "seed")
     assert code == 0, res
     v = verdicts(res)
-    assert list(v) == ["batch_lora_cap", "running_lora_cap", "capacity", "conservation",
-                       "fifo_within_adapter", "no_hol_blocking", "bounded_wait"]
+    assert list(v) == ALL_PROPERTIES
     assert all(r["verdict"] == "ok" for r in v.values()), v
     assert res["ok"] is True
 
@@ -92,7 +93,7 @@ def test_check_replay_against_another_policy_diverges(tmp_path):
     assert cli("simulate", "--policy", "vllm", "--out", str(out)).returncode == 0
     chk = cli("check", str(out), "--policy", "blocking", "--json")
     assert chk.returncode == 1
-    rep = json.loads(chk.stdout)["replay"]
+    rep = parse_verdicts(chk.stdout, chk.returncode)["replay"]
     assert rep["verdict"] == "diverged" and rep["matched"] == 0 and rep["step"] == 1, rep
     assert rep["field"] in ("scheduled", "admitted"), rep
     text = cli("check", str(out), "--policy", "blocking")

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from verdicts import verdicts
 
 from proofs.checks import Check, run_check
 from proofs.manifest import MANIFEST, drift, load
@@ -36,7 +37,7 @@ def prove(*args: str) -> tuple[int, dict]:
     proc = subprocess.run([sys.executable, "-m", "lora_sched.cli", "prove", *args, "--json"],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert "Traceback" not in proc.stderr, proc.stderr
-    out = json.loads(proc.stdout)
+    out = verdicts(proc.stdout, proc.returncode)
     assert (out["version"], out["tool"], out["command"]) == (1, "lora-sched", "prove")
     return proc.returncode, out
 

@@ -151,3 +151,12 @@ def test_schema_accepts_what_the_reader_accepts(tmp_path, name):
 def test_schema_accepts_arbitrary_well_formed_traces(tmp_path_factory, lines):
     read_trace(write(tmp_path_factory.mktemp("t"), lines))
     assert schema_errors(lines) == []
+
+
+def test_verdicts_schema_names_every_property():
+    """docs/verdicts.schema.json (the `--json` output) lists exactly the properties `check` reports."""
+    from verdicts import SCHEMA as VERDICTS
+
+    from spec.properties import ALL_PROPERTIES
+
+    assert VERDICTS["$defs"]["propertyResult"]["properties"]["property"]["enum"] == ALL_PROPERTIES

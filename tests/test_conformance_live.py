@@ -3,7 +3,7 @@
 One short run per policy, then the failure behaviours: a server that cannot
 start gives a clear error with its log tail; a server killed mid-run gives a
 partial-trace report and a non-zero exit. These tests need the `vllm` extra
-(CI installs it); they are not skipped.
+(CI installs it); they are not skipped, they are marked `vllm` and `live`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from conformance import cli
+
+pytestmark = [pytest.mark.vllm, pytest.mark.live]
 
 
 def _args(tmp_path, **kw):

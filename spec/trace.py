@@ -271,11 +271,8 @@ def read_trace(path: str | os.PathLike[str], *, allow_truncated_tail: bool = Fal
                 if known[rid].arrival > step:
                     raise err(f"request {rid!r} is listed before its arrival step {known[rid].arrival}")
             last_step = step
-            throttle = obj.get("throttle", False)
-            if not isinstance(throttle, bool):
-                raise err(f"field 'throttle' must be true or false, got {throttle!r}")
             trace.events.append(Step(n, StepRecord(step, waiting, running, scheduled, admitted,
-                                                   preempted, finished, throttle)))
+                                                   preempted, finished, obj.get("throttle", False))))
         elif kind == "header":
             raise err("a second header line")
         else:

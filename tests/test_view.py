@@ -331,10 +331,10 @@ def test_cli_bad_inputs_exit_2(tmp_path):
     res = cli(str(bad))
     assert res.returncode == 2 and f"{bad}:2: missing field 'step'" in res.stderr, res.stderr
     itf = json.loads((CEX / "vllm_batch_lora_cap.itf.json").read_text())
-    itf["states"][2]["scheduled"] = {"#map": [["r3", 1]]}  # r3 is waiting and not admitted
+    itf["states"][2]["scheduled"] = {"#map": [["r99", 1]]}  # no such request: malformed, not a violation
     broken = tmp_path / "broken.itf.json"
     broken.write_text(json.dumps(itf))
     res = cli(str(broken))
-    assert res.returncode == 2 and "states[2]" in res.stderr and "r3" in res.stderr, res.stderr
+    assert res.returncode == 2 and "states[2]" in res.stderr and "r99" in res.stderr, res.stderr
     res = cli(str(CEX / "vllm_batch_lora_cap.itf.json"), "--out", str(tmp_path / "x.svg"))
     assert res.returncode == 2 and "use .html or .png" in res.stderr

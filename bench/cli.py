@@ -16,9 +16,10 @@ from pathlib import Path
 
 from bench.costmodel import DEFAULT, SEED_BLOCKING, SEED_PR, SEED_RATIO, SEED_ROWS
 from bench.live import LIVE_INPUT_MEAN, LIVE_OUTPUT, LIVE_PROMPTS, LIVE_STARVATION_STEPS
-from bench.simulate import POLICIES, progress, ratio, seed_config, seed_requests, simulate_policy
+from bench.simulate import progress, ratio, seed_config, seed_requests, simulate_policy
 from bench.sweeps import STARVATION_STEPS, STREAM_LENGTHS, starvation_sweep, tuning_sweep
 from bench.table import table
+from spec.config import POLICIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -29,11 +29,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.simulate import POLICIES, progress
+from bench.simulate import progress
 from bench.table import ROWS, table
 from policy.driver import Workload
 from policy.fair import FairHolds
-from spec.config import Config
+from spec.config import POLICIES, Config
 from spec.properties import StepView
 from spec.request import Request
 
@@ -144,8 +144,8 @@ def printed_block(stdout: str) -> str:
 def run_policy(policy: str, cfg: Config, args, model: str, modules: list[str], out: Path) -> dict:  # noqa: ANN001
     """One server with `policy`'s scheduler class: start, drive with vLLM's client, stop, summarize."""
     from conformance.cli import check
-    from conformance.scenarios import Scenario
     from conformance.server import LiveServer, log_tail
+    from policy.scenarios import Scenario
 
     scenario = Scenario(f"bench-{policy}", replace(cfg, policy=policy), Workload([]),
                         "the seed's benchmark on the tiny model, vLLM's client, rate inf")

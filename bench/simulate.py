@@ -41,7 +41,6 @@ from policy.workloads import seed_mix
 from spec.config import Config
 from spec.request import Request
 
-POLICIES = ("blocking", "vllm", "fair")
 SEED_PROMPTS = 500
 SEED_INPUT_TOKENS = 124520
 SEED_OUTPUT = 120

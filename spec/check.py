@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from spec.config import POLICIES
 from spec.observe import Observer
 from spec.properties import ALL_PROPERTIES, Violation
 from spec.state import peak_present
@@ -186,7 +187,7 @@ def _jsonable(x: object) -> Any:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", help="a lora-sched-trace JSONL file")
-    p.add_argument("--policy", choices=["blocking", "vllm", "fair"],
+    p.add_argument("--policy", choices=POLICIES,
                    help="replay the trace through this reference policy step by step")
     p.add_argument("--json", action="store_true",
                    help="print one versioned JSON object (a result per property) instead of text")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from spec.cap import cap_blocks
 from spec.config import Config
 from spec.state import StepRecord, blocks_for
 
@@ -223,7 +224,7 @@ def no_hol_blocking(view: StepView, holds: PolicyHolds | None = None) -> Violati
         if rid in view.in_flight:
             continue  # stale async output: vLLM skips it
         a = view.adapter[rid]
-        if a > 0 and a not in loras and len(loras) >= cfg.max_loras:
+        if cap_blocks(loras, a, cfg.max_loras):
             continue  # the LoRA cap forbids it
         if holds is not None and holds.hold(view, rid):
             continue

@@ -14,8 +14,8 @@ from dataclasses import replace
 
 import pytest
 
-from conformance.scenarios import SCENARIOS
 from policy import claims
+from policy.scenarios import SCENARIOS
 from spec.check import check_trace
 
 pytestmark = pytest.mark.vllm

@@ -25,9 +25,8 @@ from hypothesis import given
 from jsonschema import Draft202012Validator
 from test_bad_input import BAD_TRACES, GOOD, VIOLATIONS, arbitrary_traces, write
 
-from conformance.scenarios import SCENARIOS as CONFORMANCE_SCENARIOS
 from policy.driver import run
-from policy.simulate import SCENARIOS as SIMULATE_SCENARIOS
+from policy.scenarios import SCENARIOS
 from spec.config import POLICIES, QUEUES, Config
 from spec.trace import TraceError, read_trace
 
@@ -77,8 +76,7 @@ def test_schema_is_valid_and_matches_config():
 def simulated(tmp_path: Path) -> list[tuple[str, Path]]:
     """A trace of every policy on every named workload, sync and async."""
     out = []
-    workloads = {f"simulate-{k}": f() for k, f in SIMULATE_SCENARIOS.items()}
-    workloads |= {f"conformance-{k}": (s.config, s.workload) for k, s in CONFORMANCE_SCENARIOS.items()}
+    workloads = {k: (s.config, s.workload) for k, s in SCENARIOS.items()}
     for name, (cfg, wl) in workloads.items():
         for policy in POLICIES:
             for async_ in (False, True):
@@ -94,7 +92,7 @@ def traces(tmp_path_factory) -> list[tuple[str, Path]]:
 
 
 def test_writer_output_is_valid(traces):
-    assert len(traces) == 2 * len(POLICIES) * (len(SIMULATE_SCENARIOS) + len(CONFORMANCE_SCENARIOS))
+    assert len(traces) == 2 * len(POLICIES) * len(SCENARIOS)
     kinds: set[str] = set()
     for name, path in traces:
         lines = file_lines(path)

@@ -58,9 +58,10 @@ scheduling, limited or unlimited KV, chunked prefill on or off, any
   elements into {0..M-1} leaves a value free; this is the one fact used
   outside the solver). `blocking` stops at a cap-blocked request; `fair`
   also skips requests of arbitrary held adapters V while r* is not admitted;
-  r* is the sticky one or a fresh one with the smallest (waiting_since, seq)
-  among the waiting requests of its priority and adapter that have waited S
-  (true of the v3 key and of the first design's filter alike). A request
+  r* is the sticky one or a fresh one that has waited S and, if never
+  admitted, has the smallest (waiting_since, seq) among the never-admitted
+  waiting requests of its priority and adapter that have waited S (true of
+  the v3 key and of the first design's filter alike). A request
   left waiting had a reason: a stop, a cap skip (`vllm`, `fair`), a hold
   (`fair`), or stale async output (only ever-admitted requests have any);
 * tokens: each scheduled request gets 1..(T - tokens before it in
@@ -81,6 +82,8 @@ is a step of this model (tests/test_proofs_unbounded.py).
 from __future__ import annotations
 
 import argparse
+import inspect
+import itertools
 import random
 import time
 from collections.abc import Callable
@@ -153,17 +156,17 @@ class State:
     """The state vocabulary, one copy per tag."""
 
     def __init__(self, g: Sig, tag: str) -> None:
-        B, I = z3.BoolSort(), z3.IntSort()
+        B, Z = z3.BoolSort(), z3.IntSort()
 
         def pred(n: str) -> z3.FuncDeclRef:
             return z3.Function(f"{n}@{tag}", g.req, B)
 
         self.arrived, self.W, self.R, self.F, self.X = (pred(n) for n in ("arrived", "W", "R", "F", "X"))
         self.ever, self.star = pred("ever"), pred("star")
-        self.ws = z3.Function(f"ws@{tag}", g.req, I)
-        self.arr = z3.Function(f"arr@{tag}", g.req, I)
-        self.seat = z3.Function(f"seat@{tag}", g.req, I)
-        self.slot = z3.Function(f"slot@{tag}", g.ad, I)
+        self.ws = z3.Function(f"ws@{tag}", g.req, Z)
+        self.arr = z3.Function(f"arr@{tag}", g.req, Z)
+        self.seat = z3.Function(f"seat@{tag}", g.req, Z)
+        self.slot = z3.Function(f"slot@{tag}", g.ad, Z)
         self.step = z3.Int(f"step@{tag}")
 
 
@@ -213,8 +216,8 @@ def invariants(g: Sig, s: State, m: Model) -> dict[str, z3.BoolRef]:
       inject into {0..M-1} (so at most M are running).
     fifo_state: no never-admitted waiting request precedes (in `seq`) an
       admitted request of its adapter and priority.
-    star_first (fair): no never-admitted waiting request precedes a waiting
-      r* of its adapter and priority.
+    star_first (fair): no never-admitted waiting request precedes a waiting,
+      never-admitted r* of its adapter and priority.
     """
     r, r1, r2 = g.r("r"), g.r("r1"), g.r("r2")
     inv: dict[str, z3.BoolRef] = {}
@@ -237,7 +240,7 @@ def invariants(g: Sig, s: State, m: Model) -> dict[str, z3.BoolRef]:
         z3.And(s.ever(r1), s.W(r2), z3.Not(s.ever(r2)), _same_key(g, r1, r2)), z3.Not(g.seq(r2) < g.seq(r1))))
     if m.policy == "fair":
         inv["star_first"] = _fa([r1, r2], z3.Implies(
-            z3.And(s.star(r1), s.W(r1), s.W(r2), z3.Not(s.ever(r2)), _same_key(g, r1, r2)),
+            z3.And(s.star(r1), s.W(r1), z3.Not(s.ever(r1)), s.W(r2), z3.Not(s.ever(r2)), _same_key(g, r1, r2)),
             z3.Not(g.seq(r2) < g.seq(r1))))
     return inv
 
@@ -256,11 +259,11 @@ class Step:
 
     def __post_init__(self) -> None:
         g, t = self.g, self.tag
-        B, I = z3.BoolSort(), z3.IntSort()
+        B, Z = z3.BoolSort(), z3.IntSort()
         for n in ("arrive", "abort", "sched", "preempt", "adm", "fin", "star_s", "stop", "full"):
             self.syms[n] = z3.Function(f"{n}#{t}", g.req, B)
         for n in ("tok", "before"):
-            self.syms[n] = z3.Function(f"{n}#{t}", g.req, I)
+            self.syms[n] = z3.Function(f"{n}#{t}", g.req, Z)
         for n in ("C0", "V"):
             self.syms[n] = z3.Function(f"{n}#{t}", g.ad, B)
         self.syms["ahead"] = z3.Function(f"ahead#{t}", g.req, g.req, B)
@@ -399,7 +402,8 @@ def transition(g: Sig, st: Step) -> list[z3.BoolRef]:
         fresh = [st.W1(r), t - st.ws1(r) >= g.S]
         if m.mutant != "star_not_oldest":
             fresh.append(_fa([r2], z3.Implies(
-                z3.And(st.W1(r2), z3.Not(s.ever(r2)), _same_key(g, r, r2), t - st.ws1(r2) >= g.S), older)))
+                z3.And(z3.Not(s.ever(r)), st.W1(r2), z3.Not(s.ever(r2)), _same_key(g, r, r2),
+                       t - st.ws1(r2) >= g.S), older)))
         cs += [
             _fa([r], z3.Implies(z3.And(st.star_s(r), s.star(r)), st.W1(r))),
             _fa([r], z3.Implies(z3.And(st.star_s(r), z3.Not(s.star(r))), z3.And(*fresh))),
@@ -652,6 +656,7 @@ class TraceCheck:
     goal: Callable[[System, list[State], list[Step]], z3.BoolRef]
     extra: Callable[[Sig], list[z3.BoolRef]] | None
     expect: str  # sat | unsat
+    props: tuple[str, ...] = CAP_PROPERTIES  # the properties it gives evidence about
 
 
 TRACES = (
@@ -667,10 +672,10 @@ TRACES = (
                two_adapters("R3"), max_loras_is(1), "sat"),
     TraceCheck("vllm+skip: 2 adapters scheduled with max_loras 1 (batch_lora_cap, the crash)", Model("vllm", True),
                3, two_adapters("Xs"), max_loras_is(1), "sat"),
-    # ... and not for fair (bounded confirmation of the proof) nor for vllm without the skip
-    TraceCheck("fair+skip: 2 adapters running with max_loras 1", Model("fair", True), 3,
+    # ... and not for fair nor for vllm without the skip (bounded confirmation of the proofs)
+    TraceCheck("fair+skip: 2 adapters running with max_loras 1", Model("fair", True), 2,
                two_adapters("R3"), max_loras_is(1), "unsat"),
-    TraceCheck("vllm: 2 adapters scheduled with max_loras 1", Model("vllm"), 3,
+    TraceCheck("vllm: 2 adapters scheduled with max_loras 1", Model("vllm"), 2,
                two_adapters("Xs"), max_loras_is(1), "unsat"),
 )
 
@@ -717,16 +722,18 @@ def run_mutant(policy: str, skip: bool, mutant: str, timeout_ms: int = 60_000) -
             if o.kind == "safety"]
 
 
-def check_all(*, policies: tuple[str, ...] = POLICIES, invariant: str | None = None,
-              mutants: bool = True, traces: bool = True, timeout_ms: int = 60_000,
-              echo: Callable[[str], None] = print) -> int:
+def check_all(*, policies: tuple[str, ...] = POLICIES, properties: tuple[str, ...] = PROPERTIES,
+              invariant: str | None = None, mutants: bool = True, traces: bool = True,
+              timeout_ms: int = 60_000, echo: Callable[[str], None] = print) -> int:
     """The whole catalogue, mypyvy style; returns the number of unexpected results."""
     errors = 0
+    t_all = time.monotonic()
     for m, good, bad in MODELS:
         if m.policy not in policies:
             continue
         echo(f"checking {m.label} (any number of requests and adapters):")
-        for o in prove(m, props=good + bad, timeout_ms=timeout_ms, invariant_filter=invariant):
+        props = tuple(n for n in good + bad if n in properties)
+        for o in prove(m, props=props, timeout_ms=timeout_ms, invariant_filter=invariant):
             expected_fail = o.kind == "safety" and o.name in bad
             text = o.line()
             if expected_fail:
@@ -740,7 +747,7 @@ def check_all(*, policies: tuple[str, ...] = POLICIES, invariant: str | None = N
     if traces:
         echo("sat traces (reachability from init, mypyvy `sat trace`):")
         for tc in TRACES:
-            if tc.model.policy not in policies:
+            if tc.model.policy not in policies or not set(tc.props) & set(properties):
                 continue
             o = run_trace(tc, timeout_ms)
             echo(o.line())
@@ -748,7 +755,7 @@ def check_all(*, policies: tuple[str, ...] = POLICIES, invariant: str | None = N
     if mutants:
         echo("planted bugs (each must make its properties fail):")
         for pol, skip, mu in MUTANT_RUNS:
-            if pol not in policies:
+            if pol not in policies or not set(MUTANTS[mu][1]) & set(properties):
                 continue
             for o in run_mutant(pol, skip, mu, timeout_ms):
                 caught = o.verdict == "fail"
@@ -756,8 +763,22 @@ def check_all(*, policies: tuple[str, ...] = POLICIES, invariant: str | None = N
                     "implies safety", f"mutant {mu} on {pol}{'+skip' if skip else ''}: safety")
                      + ("" if caught else " (SURVIVED!)"))
                 errors += not caught
-    echo("all ok!" if errors == 0 else f"program has errors. ({errors})")
+    echo(f"{'all ok!' if errors == 0 else f'program has errors. ({errors})'} "
+         f"({time.monotonic() - t_all:.1f}s)")
     return errors
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    """`lora-sched prove --unbounded [--policy P] [--property X] [--timeout S]`:
+    exit 0 when every verdict is the expected one, 1 otherwise."""
+    policy = getattr(args, "policy", None)
+    prop = getattr(args, "property", None)
+    if prop is not None and prop not in PROPERTIES:
+        print(f"--unbounded: property {prop!r} is not one of {', '.join(PROPERTIES)}")
+        return 2
+    errors = check_all(policies=(policy,) if policy else POLICIES, properties=(prop,) if prop else PROPERTIES,
+                       timeout_ms=int(getattr(args, "timeout", 60)) * 1000)
+    return 1 if errors else 0
 
 
 def benchmark(echo: Callable[[str], None] = print) -> dict[str, float]:
@@ -784,16 +805,37 @@ def benchmark(echo: Callable[[str], None] = print) -> dict[str, float]:
 
 # ---- cross-check with the reference on concrete universes ------------------
 
+_ENUMS = itertools.count()
+
+
+@dataclass
+class CrossResult:
+    steps: int = 0
+    admissions: int = 0
+    preemptions: int = 0
+    skipped: int = 0
+    cap_skips: int = 0  # waiting requests left by the LoRA cap or fair's guard
+    failures: list[str] = field(default_factory=list)
+
+
 def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int = 3, seed: int = 0,
                skip: bool = False, async_scheduling: bool = False, kv_blocks: int | None = None,
-               queue: str = "fcfs", timeout_ms: int = 20_000) -> tuple[int, list[str]]:
-    """Instantiate the sorts with the R requests and A+1 adapters of random runs
-    of `policy.core.Scheduler` and check, at every step, that the concrete
-    pre-state (ghosts: running adapters / requests numbered in order)
-    satisfies the invariant and that the concrete step (events, scheduled,
-    preempted, admitted, finished, tokens, post-state) is a step of the model,
-    with the post-state satisfying the invariant again. Returns the number of
-    steps checked and the failures (empty when the model admits every step)."""
+               queue: str = "fcfs", horizon: int = 14, timeout_ms: int = 20_000,
+               model: Model | None = None) -> CrossResult:
+    """Bounded instance against the reference: instantiate the sorts with the
+    R requests and A+1 adapters (0 = base) of random runs of
+    `policy.core.Scheduler` (`z3.EnumSort`) and check at every step that the
+    concrete step (arrivals, aborts, scheduled, preempted, admitted, finished,
+    tokens, pre- and post-state) is a step of the model from a state that
+    satisfies the invariant, to a state that satisfies it again. The
+    abstraction: the pre-state's clock is the previous step (events of a step
+    without a `schedule()` call belong to the next pre-state); pre-state ghosts number the running requests and their
+    adapters in running order; r* is fair's guard's r* while it is waiting;
+    everything the model leaves free (scan order, cap sets, post ghosts) is
+    found by Z3. `model` replaces the model matching `policy` (to show that
+    a wrong model is caught). A failure means the model excludes a real behaviour (the
+    over-approximation would be unsound) or the invariant is false on a
+    reachable state."""
     from policy import make_gate
     from policy.core import Scheduler
     from spec.config import Config
@@ -801,116 +843,131 @@ def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int =
 
     rng = random.Random(seed)
     ids = [f"r{i}" for i in range(requests)]
-    ReqS, reqs = z3.EnumSort(f"CReq{requests}", ids)
-    AdS, ads = z3.EnumSort(f"CAd{adapters}", [f"a{i}" for i in range(adapters + 1)])
-    m = Model(policy, skip)
-    sy = System(m, ReqS, AdS)
-    g, st = sy.g, sy.step
+    k = next(_ENUMS)  # Z3 enumeration sorts and their elements need fresh names
+    req_sort, reqs = z3.EnumSort(f"CReq{k}", [f"{x}_{k}" for x in ids])
+    ad_sort, ads = z3.EnumSort(f"CAd{k}", [f"a{i}_{k}" for i in range(adapters + 1)])
+    throttle_kw = "throttle" in inspect.signature(Scheduler.step).parameters
+    m = model if model is not None else Model(policy, skip)
+    sy = System(m, req_sort, ad_sort)
+    g = sy.g
+    inv0 = sy.inv(sy.s0)
     solver = z3.Solver()
     solver.set("timeout", timeout_ms)
-    solver.add(g.axioms())
-    solver.add(g.base == ads[0])
-    inv0, inv1 = sy.inv(sy.s0), sy.inv(sy.s1)
-    solver.add(sy.trans())
-    solver.add(list(inv0.values()) + list(inv1.values()))
-    checked, failures = 0, []
+    solver.add(g.axioms() + [g.base == ads[0]] + sy.trans() + list(inv0.values()) + list(sy.inv(sy.s1).values()))
+    out = CrossResult()
     for run in range(runs):
-        cfg = Config(max_loras=rng.randint(1, 2), max_num_seqs=rng.randint(1, 3),
-                     max_num_batched_tokens=rng.randint(1, 6), kv_blocks=kv_blocks, block_size=2,
+        cfg = Config(max_loras=rng.randint(1, 2), max_num_seqs=rng.randint(1, 4),
+                     max_num_batched_tokens=rng.randint(1, 8), kv_blocks=kv_blocks, block_size=2,
                      queue=queue, async_scheduling=async_scheduling, policy=policy,
                      starvation_steps=rng.randint(0, 2))
         sched = Scheduler(cfg, make_gate(policy))
-        arrivals = sorted(rng.randint(1, 6) for _ in ids)
+        arrivals = sorted(rng.randint(1, 4) for _ in ids)
         wl = [Request(ids[i], rng.randint(0, adapters), rng.randint(1, 3), rng.randint(1, 3), arrivals[i],
                       priority=rng.randint(0, 1) if queue == "priority" else 0) for i in range(requests)]
-        seqs: dict[str, int] = {}
-        for step in range(1, 16):
-            arrive = [r for r in wl if r.arrival == step]
+        for step in range(1, horizon + 1):
             before = _snapshot(sched)
+            arrive = [r for r in wl if r.arrival == step]
             for r in arrive:
                 sched.add(r)
-                seqs[r.id] = sched.state.reqs[r.id].seq
-            live = [r for r in sched.state.waiting + sched.state.running]
-            abort = {r for r in live if rng.random() < 0.05}
+            abort = {r for r in sched.state.waiting + sched.state.running if rng.random() < 0.05}
             for r in abort:
                 sched.abort(r)
-            if not sched.state.waiting and not sched.state.running:
-                continue
+            if not (sched.state.waiting or sched.state.running):
+                continue  # the driver does not call schedule(); the next pre-state includes these events
             skips = frozenset(r for r in sched.state.running if skip and rng.random() < 0.3)
-            if not policy_cap_ok(before, cfg):
-                break  # the reference already broke the cap: the model starts from Inv states only
-            rec = sched.step(step, skips)
+            if skip and throttle_kw and rng.random() < 0.3:
+                rec = sched.step(step, skips, throttle=True)  # DP prefill throttle (where the reference has it)
+            else:
+                rec = sched.step(step, skips)
             after = _snapshot(sched)
-            pins = _pins(sy, reqs, ads, wl, seqs, before, after, cfg, step, rec, {r.id for r in arrive}, abort)
             solver.push()
-            solver.add(pins)
+            solver.add(_pins(sy, reqs, ads, wl, before, after, cfg, step, rec, {r.id for r in arrive}, abort))
             res = solver.check()
             solver.pop()
-            checked += 1
+            out.steps += 1
+            out.admissions += len(rec.admitted)
+            out.preemptions += len(rec.preempted)
+            out.skipped += len(skips)
+            out.cap_skips += sum(1 for why in rec.holds.values() if why in ("lora_cap", "lora_stop", "fair_guard"))
             if res != z3.sat:
-                failures.append(f"run {run} step {step} ({cfg}): {res}; record {rec.to_json()}")
-    return checked, failures
+                core = _core(sy, _pins(sy, reqs, ads, wl, before, after, cfg, step, rec,
+                                       {r.id for r in arrive}, abort), ads[0], timeout_ms) if res == z3.unsat else ""
+                out.failures.append(f"run {run} step {step}: {res}; {cfg}; record {rec.to_json()}; "
+                                    f"before {before['waiting']}/{before['running']}; core {core}")
+                break
+    return out
+
+
+def _core(sy: System, pins: list[z3.BoolRef], base: z3.ExprRef, timeout_ms: int) -> list[str]:
+    """Names of the invariants and transition axioms in an unsat core (diagnostics)."""
+    sv = z3.Solver()
+    sv.set("timeout", timeout_ms)
+    sv.add(sy.g.axioms() + [sy.g.base == base] + pins)
+    named: dict[str, z3.BoolRef] = {}
+    for n, f in sy.inv(sy.s0).items():
+        named[f"inv0:{n}"] = f
+    for n, f in sy.inv(sy.s1).items():
+        named[f"inv1:{n}"] = f
+    for i, f in enumerate(sy.trans()):
+        named[f"trans{i}:{str(f)[:80]}"] = f
+    for n, f in named.items():
+        sv.assert_and_track(f, z3.Bool(n))
+    if sv.check() != z3.unsat:
+        return ["(no core)"]
+    return sorted(str(c) for c in sv.unsat_core())
 
 
 def _snapshot(sched: object) -> dict:
     st = sched.state  # type: ignore[attr-defined]
+    guard = getattr(getattr(sched, "gate", None), "guard", None)
     return {"step": st.step, "waiting": list(st.waiting), "running": list(st.running),
             "finished": set(st.finished), "aborted": set(st.aborted),
             "ever": {r for r, rs in st.reqs.items() if rs.first_admitted is not None},
             "ws": {r: rs.waiting_since for r, rs in st.reqs.items()},
             "arr": {r: rs.req.arrival for r, rs in st.reqs.items()},
+            "seq": {r: rs.seq for r, rs in st.reqs.items()},
             "adapter": {r: rs.req.adapter for r, rs in st.reqs.items()},
-            "star": getattr(getattr(getattr(sched, "gate", None), "guard", None), "star", None)}
+            "star": getattr(guard, "star", None)}
 
 
-def policy_cap_ok(snap: dict, cfg: object) -> bool:
-    ads = {snap["adapter"][r] for r in snap["running"] if snap["adapter"][r] > 0}
-    return len(ads) <= cfg.max_loras  # type: ignore[attr-defined]
-
-
-def _pins(sy: System, reqs: list, ads: list, wl: list, seqs: dict[str, int], before: dict, after: dict,
-          cfg: object, step: int, rec: object, arrived_now: set[str], aborted_now: set[str]) -> list[z3.BoolRef]:
+def _pins(sy: System, reqs: list, ads: list, wl: list, before: dict, after: dict, cfg: object, step: int,
+          rec: object, arrived_now: set[str], aborted_now: set[str]) -> list[z3.BoolRef]:
     """Equalities fixing the concrete structure of one reference step."""
     g, st, s0, s1 = sy.g, sy.step, sy.s0, sy.s1
-    cs: list[z3.BoolRef] = [g.M == cfg.max_loras, g.N == cfg.max_num_seqs,  # type: ignore[attr-defined]
-                            g.T == cfg.max_num_batched_tokens, g.S == cfg.starvation_steps,  # type: ignore
-                            s0.step == before["step"], st.t == step, s1.step == step]
+    c = cfg
+    cs: list[z3.BoolRef] = [g.M == c.max_loras, g.N == c.max_num_seqs,  # type: ignore[attr-defined]
+                            g.T == c.max_num_batched_tokens, g.S == c.starvation_steps,  # type: ignore
+                            s0.step == step - 1, st.t == step, s1.step == step]
     scheduled = dict(rec.scheduled)  # type: ignore[attr-defined]
     admitted = set(rec.admitted)  # type: ignore[attr-defined]
     preempted = set(rec.preempted)  # type: ignore[attr-defined]
-    finished = set(rec.finished)  # type: ignore[attr-defined]
-
-    def enum_slots(snap: dict) -> dict[int, int]:
-        out: dict[int, int] = {}
-        for r in snap["running"]:
-            a = snap["adapter"][r]
-            if a > 0 and a not in out:
-                out[a] = len(out)
-        return out
-
-    slots0 = enum_slots(before)
-    seats0 = {r: i for i, r in enumerate(before["running"])}
+    finished = after["finished"] - before["finished"]  # async: the previous step's output lands now
+    slots: dict[int, int] = {}
+    for r in before["running"]:
+        a = before["adapter"][r]
+        if a > 0 and a not in slots:
+            slots[a] = len(slots)
+    seats = {r: i for i, r in enumerate(before["running"])}
     for i, r in enumerate(wl):
         e = reqs[i]
         cs += [g.adapter(e) == ads[r.adapter], g.prio(e) == r.priority,
-               g.seq(e) == seqs.get(r.id, 1000 + i)]
+               g.seq(e) == after["seq"].get(r.id, 1000 + i)]
         for snap, s in ((before, s0), (after, s1)):
             arrived = r.id in snap["adapter"]
             cs += [s.arrived(e) == arrived, s.W(e) == (r.id in snap["waiting"]),
                    s.R(e) == (r.id in snap["running"]), s.F(e) == (r.id in snap["finished"]),
-                   s.X(e) == (r.id in snap["aborted"]), s.ever(e) == (r.id in snap["ever"])]
+                   s.X(e) == (r.id in snap["aborted"]), s.ever(e) == (r.id in snap["ever"]),
+                   s.star(e) == (snap["star"] == r.id and r.id in snap["waiting"])]
             if arrived:
                 cs += [s.ws(e) == snap["ws"][r.id], s.arr(e) == snap["arr"][r.id]]
-            cs.append(s.star(e) == (snap["star"] == r.id and r.id in snap["waiting"]))
-        if r.id in seats0:
-            cs.append(s0.seat(e) == seats0[r.id])
+        if r.id in seats:
+            cs.append(s0.seat(e) == seats[r.id])
         cs += [st.arrive(e) == (r.id in arrived_now), st.abort(e) == (r.id in aborted_now),
                st.adm(e) == (r.id in admitted), st.preempt(e) == (r.id in preempted),
                st.sched(e) == (r.id in scheduled and r.id not in admitted), st.fin(e) == (r.id in finished)]
         if r.id in scheduled:
             cs.append(st.tok(e) == scheduled[r.id])
-    for a, k in slots0.items():
-        cs.append(s0.slot(ads[a]) == k)
+    cs += [s0.slot(ads[a]) == k for a, k in slots.items()]
     return cs
 
 

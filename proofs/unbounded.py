@@ -657,6 +657,7 @@ class TraceCheck:
     extra: Callable[[Sig], list[z3.BoolRef]] | None
     expect: str  # sat | unsat
     props: tuple[str, ...] = CAP_PROPERTIES  # the properties it gives evidence about
+    replay: str | None = None  # a sat trace violating this property must replay in the reference
 
 
 TRACES = (
@@ -669,9 +670,9 @@ TRACES = (
                cap_blocked_at_full, None, "sat"),
     # vLLM's scheduled-only cap set under a skipped running request: reachable violations
     TraceCheck("vllm+skip: 2 adapters running with max_loras 1 (running_lora_cap)", Model("vllm", True), 2,
-               two_adapters("R3"), max_loras_is(1), "sat"),
+               two_adapters("R3"), max_loras_is(1), "sat", replay="running_lora_cap"),
     TraceCheck("vllm+skip: 2 adapters scheduled with max_loras 1 (batch_lora_cap, the crash)", Model("vllm", True),
-               3, two_adapters("Xs"), max_loras_is(1), "sat"),
+               3, two_adapters("Xs"), max_loras_is(1), "sat", replay="batch_lora_cap"),
     # ... and not for fair nor for vllm without the skip (bounded confirmation of the proofs)
     TraceCheck("fair+skip: 2 adapters running with max_loras 1", Model("fair", True), 2,
                two_adapters("R3"), max_loras_is(1), "unsat"),
@@ -681,12 +682,84 @@ TRACES = (
 
 
 def run_trace(tc: TraceCheck, timeout_ms: int = 60_000) -> Outcome:
-    r, dt, mod, _sy, _ = trace(tc.model, tc.depth, tc.goal, extra=tc.extra, timeout_ms=timeout_ms)
+    """One reachability check; a violating sat trace is also replayed (`replay_trace`)."""
+    r, dt, mod, sy, steps = trace(tc.model, tc.depth, tc.goal, extra=tc.extra, timeout_ms=timeout_ms)
     v = "sat" if r == z3.sat else ("unsat" if r == z3.unsat else "unknown")
     ok = v == tc.expect
+    detail = f"expected {tc.expect}, got {v}"
+    if ok and mod is not None and tc.replay is not None:
+        ok, how = replay_trace(tc, mod, sy, steps)
+        detail += f"; replay in policy/: {how}"
     return Outcome(tc.model.label, "trace", f"[{tc.name}] depth {tc.depth}",
                    ("sat" if v == "sat" else "ok") if ok else ("unknown" if v == "unknown" else "fail"),
-                   dt, detail=f"expected {tc.expect}, got {v}", counter=mod)
+                   dt, detail=detail, counter=mod)
+
+
+def replay_trace(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[Step]) -> tuple[bool, str]:
+    """Turn a sat trace into a `policy.driver.Workload` and run it through the
+    reference; `spec.check.check_trace` (the Observer) must report `prop`.
+
+    Requests are the universe elements that arrive in the trace (arrival step
+    = the trace step, in `seq` order; adapters numbered in order of first
+    appearance, the base adapter is 0), skips are the running requests the
+    model leaves unscheduled and does not preempt, aborts are the model's.
+    Prompts and outputs are long (8 and 8 tokens) and the budget and seats
+    ample, so the reference's only choices are the LoRA gate's."""
+    import os
+    import tempfile
+
+    from policy.driver import Workload, run
+    from spec.check import check_trace
+    from spec.config import Config
+    from spec.request import Request
+
+    prop = tc.replay
+    assert prop is not None
+    g = sy.g
+    univ = mod.get_universe(g.req) or []
+
+    def val(e: z3.ExprRef) -> z3.ExprRef:
+        return mod.eval(e, model_completion=True)
+
+    def true(e: z3.ExprRef) -> bool:
+        return z3.is_true(val(e))
+
+    ad_ids: dict[str, int] = {str(val(g.base)): 0}
+    arrivals: list[tuple[int, int, str, z3.ExprRef]] = []
+    for x in univ:
+        for i, st in enumerate(steps):
+            if true(st.arrive(x)):
+                arrivals.append((i + 1, val(g.seq(x)).as_long(), str(x), x))
+    arrivals.sort()
+    reqs, name = [], {}
+    for k, (step, _seq, key, x) in enumerate(arrivals):
+        a = str(val(g.adapter(x)))
+        ad_ids.setdefault(a, len(ad_ids))
+        name[key] = f"u{k}"
+        reqs.append(Request(f"u{k}", ad_ids[a], 8, 8, step))
+    skips: dict[int, frozenset[str]] = {}
+    aborts: dict[str, int] = {}
+    for i, st in enumerate(steps):
+        sk = {name[str(x)] for x in univ if str(x) in name
+              and true(z3.And(st.R1(x), z3.Not(st.sched(x)), z3.Not(st.preempt(x))))}
+        if sk:
+            skips[i + 1] = frozenset(sk)
+        for x in univ:
+            if str(x) in name and true(st.abort(x)):
+                aborts[name[str(x)]] = i + 1
+    end = len(steps) + 1
+    for q in reqs:
+        aborts.setdefault(q.id, end)  # stop the run right after the trace
+    cfg = Config(max_loras=val(g.M).as_long(), max_num_seqs=64, max_num_batched_tokens=256,
+                 policy=tc.model.policy)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.jsonl")
+        run(cfg, Workload(reqs, aborts, skips), trace_path=path)
+        report = check_trace(path)
+    v = report.first.get(prop)
+    shape = (f"{len(reqs)} requests, adapters {[q.adapter for q in reqs]}, arrivals {[q.arrival for q in reqs]}, "
+             f"skips {{{', '.join(f'{k}: {sorted(v)}' for k, v in skips.items())}}}")
+    return v is not None, f"{shape}: {v if v else 'no ' + prop + ' violation in the reference'}"
 
 
 # ---- the catalogue ---------------------------------------------------------

@@ -122,6 +122,10 @@ MUTANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "scan_order_free": ("the scan may visit never-admitted requests out of seq order", ("fifo_within_adapter",)),
     "star_not_oldest": ("fair's fresh r* need not be the oldest of its adapter", ("fifo_within_adapter",)),
 }
+# A planted bug that makes the caps hold vacuously: no request of a new adapter
+# is ever admitted. The proofs still go through; the non-vacuity check of
+# `prove` (a new adapter joins a running one) must fail.
+VACUOUS_MUTANT = "gate_never_opens"
 
 
 class Sig:
@@ -379,6 +383,8 @@ def transition(g: Sig, st: Step) -> list[z3.BoolRef]:
         _fa([r, a], z3.Implies(st.Cb(r, a), z3.Or(st.C0(a), z3.Exists([r1], z3.And(
             st.new(r1), g.adapter(r1) == a, st.ahead(r1, r)))))),
     ]
+    if m.mutant == VACUOUS_MUTANT:
+        cs.append(_fa([r], z3.Not(st.new(r))))
     if m.mutant != "cap_set_forgets_admitted":
         cs.append(_fa([r1, r2], z3.Implies(z3.And(st.adm(r1), g.lora(r1), st.ahead(r1, r2), st.W1(r2)),
                                            st.Cb(r2, g.adapter(r1)))))
@@ -560,6 +566,14 @@ def prove(m: Model, *, props: tuple[str, ...] = PROPERTIES, timeout_ms: int = 60
         r, sv, dt = _solve(hyp + [z3.Not(inv1[n])], timeout_ms)
         out.append(Outcome(m.label, "preserves", n, _verdict(r), dt,
                            counter=sv.model() if r == z3.sat else None))
+    # non-vacuity of the step: from a state satisfying the invariant, a request
+    # of a new adapter is admitted while another adapter keeps running.
+    st, r1, r2 = sy.step, g.r("n1"), g.r("n2")
+    r, _sv, dt = _solve(hyp + [z3.Exists([r1, r2], z3.And(st.R2(r1), g.lora(r1), st.new(r2),
+                                                          g.adapter(r1) != g.adapter(r2)))], timeout_ms)
+    out.append(Outcome(m.label, "trace", "[Inv ∧ step: a new adapter joins a running one]",
+                       "sat" if r == z3.sat else ("unknown" if r == z3.unknown else "fail"), dt,
+                       detail="" if r == z3.sat else f"expected sat, got {r}: the step is vacuous"))
     for n in props:
         r, sv, dt = _solve(hyp + [z3.Not(step_property(g, sy.step, n))], timeout_ms)
         o = Outcome(m.label, "safety", n, _verdict(r), dt, counter=sv.model() if r == z3.sat else None)
@@ -809,6 +823,10 @@ def check_all(*, policies: tuple[str, ...] = POLICIES, properties: tuple[str, ..
         echo(f"checking {m.label} (any number of requests and adapters):")
         props = tuple(n for n in good + bad if n in properties)
         for o in prove(m, props=props, timeout_ms=timeout_ms, invariant_filter=invariant):
+            if o.kind == "trace":
+                echo(o.line())
+                errors += o.verdict != "sat"
+                continue
             expected_fail = o.kind == "safety" and o.name in bad
             text = o.line()
             if expected_fail:
@@ -838,6 +856,14 @@ def check_all(*, policies: tuple[str, ...] = POLICIES, properties: tuple[str, ..
                     "implies safety", f"mutant {mu} on {pol}{'+skip' if skip else ''}: safety")
                      + ("" if caught else " (SURVIVED!)"))
                 errors += not caught
+        vac = [o for o in prove(Model("fair", True, VACUOUS_MUTANT), props=CAP_PROPERTIES, timeout_ms=timeout_ms)
+               if o.kind in ("trace", "safety")] if "fair" in policies else []
+        for o in vac:  # the caps hold vacuously; the non-vacuity check must fail
+            caught = o.verdict == "fail" if o.kind == "trace" else o.verdict == "ok"
+            word = "sat trace" if o.kind == "trace" else "implies safety"
+            echo(o.line().replace(word, f"mutant {VACUOUS_MUTANT} on fair+skip: {word}")
+                 + (" (vacuously)" if o.kind == "safety" else " (caught: vacuous step)" if caught else " (SURVIVED!)"))
+            errors += not caught
     echo(f"{'all ok!' if errors == 0 else f'program has errors. ({errors})'} "
          f"({time.monotonic() - t_all:.1f}s)")
     return errors

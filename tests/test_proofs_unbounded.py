@@ -23,7 +23,9 @@ def test_any_size_verdicts(model: u.Model, good: tuple[str, ...], bad: tuple[str
     (M = 1 and two adapters) from a state satisfying the invariant."""
     outs = u.prove(model, props=good + bad)
     for o in outs:
-        if o.kind == "safety" and o.name in bad:
+        if o.kind == "trace":  # non-vacuity: the step admits a new adapter beside a running one
+            assert o.verdict == "sat", o.line()
+        elif o.kind == "safety" and o.name in bad:
             assert o.verdict == "fail", o.line()
             assert "exact violation from an invariant state" in o.detail, o.line()
         else:
@@ -42,6 +44,14 @@ def test_planted_bug_is_caught(policy: str, skip: bool, mutant: str) -> None:
     for o in outs:
         assert o.verdict == "fail", f"mutant {mutant} survived: {o.line()}"
         assert "exact violation from an invariant state" in o.detail, o.line()
+
+
+def test_vacuous_step_is_caught() -> None:
+    """A gate that never admits a new adapter proves both caps vacuously; the
+    non-vacuity check (a new adapter joins a running one) must fail."""
+    outs = u.prove(u.Model("fair", True, u.VACUOUS_MUTANT), props=u.CAP_PROPERTIES)
+    assert all(o.verdict == "ok" for o in outs if o.kind == "safety")
+    assert [o.verdict for o in outs if o.kind == "trace"] == ["fail"]
 
 
 @pytest.mark.parametrize("tc", u.TRACES, ids=[t.name for t in u.TRACES])

@@ -414,7 +414,7 @@ def transition(g: Sig, st: Step) -> list[z3.BoolRef]:
             _fa([r], z3.Implies(z3.And(st.star_s(r), s.star(r)), st.W1(r))),
             _fa([r], z3.Implies(z3.And(st.star_s(r), z3.Not(s.star(r))), z3.And(*fresh))),
             _fa([r1, r2], z3.Implies(z3.And(st.star_s(r1), st.star_s(r2)), r1 == r2)),
-            _fa([r], p.star(r) == z3.And(st.star_s(r), z3.Not(st.adm(r)))),
+            _fa([r], p.star(r) == z3.And(st.star_s(r), p.W(r))),  # kept until admitted (or gone)
         ]
     else:
         cs += [_fa([r], z3.Not(st.star_s(r))), _fa([r], p.star(r) == s.star(r))]

@@ -13,8 +13,9 @@ invariants of `invariants` in the pre-state, take one `step` (a two-state
 formula, see below), assert one named invariant of the post-state or one
 step property of `PROPERTIES`. `init ⇒ Inv`, `Inv ∧ step ⇒ Inv'` and
 `Inv ∧ step ⇒ P` unsat-checked one at a time, each printed as one timed line
-(`check`). Bounds: none on the sorts; runtime about 0.05-2 s per obligation
-on 2 cores (figures in `benchmark` and docs/proofs-unbounded.md).
+(`check_all`). Bounds: none on the sorts; runtime 0.01-0.5 s per obligation,
+about 1 s per model, on 2 cores (figures in `benchmark` and
+docs/proofs-unbounded.md).
 
 Vocabulary (each state): `arrived W R F X ever star: Req -> Bool`
 (waiting, running, finished, aborted, ever admitted, fair's r*),
@@ -24,9 +25,9 @@ Req -> Adapter`, `base: Adapter` (adapter 0), `prio seq: Req -> Int`
 (priority, arrival order). Cardinalities are never counted: "at most M
 adapters" is *the existence of an injection into {0..M-1}*, carried as the
 ghost `slot` (likewise `seat` for N), which is exactly equivalent for a
-finite set. The invariants are ∀-only; the step has one ∀∃ (an adapter in
-the cap set has a request carrying it; an adapter in the scan's set entered
-it through an earlier admission), so the formulas are not strictly EPR
+finite set. The invariants are ∀-only; the step has two ∀∃ axioms (an
+adapter in the cap set has a request carrying it; an adapter in the scan's
+set entered it through an earlier admission), so the formulas are not strictly EPR
 (`adapter: Req -> Adapter` plus those Skolem functions Adapter -> Req close
 a cycle); Z3's MBQI terminates on all of them (times reported).
 
@@ -69,6 +70,12 @@ scheduling, limited or unlimited KV, chunked prefill on or off, any
   largest `before + tok`);
 * output: any scheduled request may finish (with `skip`, any running one or
   a preempted one with stale output: async applies the previous step's).
+
+Non-vacuity: per model, `Inv ∧ step` admits a new adapter beside a running
+one (sat; `VACUOUS_MUTANT` must fail it); `TRACES` are reachability checks
+from init (mypyvy's `sat trace`), and the violating ones replay in
+`policy.core` (`replay_trace`); `MUTANTS` are planted bugs, each must make its
+properties fail with an exact violation (`exact_violation`).
 
 Abstracted away (sound for these safety properties): token counts beyond
 the budget, KV block counts (preemption and KV stops are free choices),

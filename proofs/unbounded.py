@@ -532,6 +532,8 @@ class Outcome:
     seconds: float
     detail: str = ""
     counter: z3.ModelRef | None = None
+    exact: z3.ModelRef | None = None  # a model of `exact_violation`, when one was found
+    system: System | None = None
 
     def line(self) -> str:
         word = {"init": "implies invariant", "preserves": "preserves invariant", "safety": "implies safety",
@@ -583,10 +585,12 @@ def prove(m: Model, *, props: tuple[str, ...] = PROPERTIES, timeout_ms: int = 60
                        detail="" if r == z3.sat else f"expected sat, got {r}: the step is vacuous"))
     for n in props:
         r, sv, dt = _solve(hyp + [z3.Not(step_property(g, sy.step, n))], timeout_ms)
-        o = Outcome(m.label, "safety", n, _verdict(r), dt, counter=sv.model() if r == z3.sat else None)
+        o = Outcome(m.label, "safety", n, _verdict(r), dt, counter=sv.model() if r == z3.sat else None, system=sy)
         if r == z3.sat:
-            o.detail = real_violation(sy, hyp, n, timeout_ms)
+            o.detail, o.exact = real_violation(sy, hyp, n, timeout_ms)
         out.append(o)
+    for o in out:
+        o.system = sy
     return out
 
 
@@ -607,22 +611,86 @@ def exact_violation(g: Sig, st: Step, name: str) -> z3.BoolRef:
     return z3.Not(step_property(g, st, name))
 
 
-def real_violation(sy: System, hyp: list[z3.BoolRef], name: str, timeout_ms: int) -> str:
+def real_violation(sy: System, hyp: list[z3.BoolRef], name: str,
+                   timeout_ms: int) -> tuple[str, z3.ModelRef | None]:
     """When an obligation fails, ask whether some state satisfying the
     invariant steps to an *exact* violation (`exact_violation`), and count it
     in Python in the countermodel's finite universe."""
     g, st = sy.g, sy.step
     r, sv, _ = _solve(hyp + [exact_violation(g, st, name)], timeout_ms)
     if r != z3.sat:
-        return f"[no exact violation from an invariant state ({r}): the ghost fails, see the traces]"
+        return f"[no exact violation from an invariant state ({r}): the ghost fails, see the traces]", None
     mod = sv.model()
+    return _count_violation(sy, mod, name), mod
+
+
+def _count_violation(sy: System, mod: z3.ModelRef, name: str) -> str:
+    g, st = sy.g, sy.step
     reqs = mod.get_universe(g.req) or []
     if name in CAP_PROPERTIES:
         member = st.R3 if name == "running_lora_cap" else st.Xs
         ads = {str(mod.eval(g.adapter(x), model_completion=True)) for x in reqs
                if z3.is_true(mod.eval(z3.And(member(x), g.lora(x)), model_completion=True))}
-        return f"[exact violation from an invariant state: {len(reqs)} requests, {len(ads)} adapters > max_loras 1]"
+        M = mod.eval(g.M, model_completion=True).as_long()
+        rel = ">" if len(ads) > M else "<= (not a violation!)"
+        return (f"[exact violation from an invariant state: {len(reqs)} requests, "
+                f"{len(ads)} adapters {rel} max_loras {M}]")
     return f"[exact violation from an invariant state: {len(reqs)} requests]"
+
+
+CTI_VERSION = 1
+
+
+def cti_json(o: Outcome) -> dict:
+    """A failed obligation as a versioned JSON object (mypyvy's `--json`):
+    the finite universes of its countermodel (the exact violation when there
+    is one), the rigid symbols, the pre- and post-state relations and the
+    step's sets. Element names are Z3's (`Req!val!0`, ...)."""
+    sy = o.system
+    mod = o.exact if o.exact is not None else o.counter
+    assert sy is not None and mod is not None, "only a failed obligation has a countermodel"
+    g, st = sy.g, sy.step
+    reqs = mod.get_universe(g.req) or []
+    ads = mod.get_universe(g.ad) or []
+
+    def ev(e: z3.ExprRef) -> z3.ExprRef:
+        return mod.eval(e, model_completion=True)
+
+    def members(f: Callable[[z3.ExprRef], z3.BoolRef]) -> list[str]:
+        return [str(x) for x in reqs if z3.is_true(ev(f(x)))]
+
+    def state(s: State) -> dict:
+        out: dict = {"step": ev(s.step).as_long()}
+        for n in ("arrived", "W", "R", "F", "X", "ever", "star"):
+            out[n] = members(getattr(s, n))
+        return out
+
+    return {
+        "version": CTI_VERSION,
+        "type": "init" if o.kind == "init" else "cti",
+        "model": o.model, "obligation": o.kind, "name": o.name, "exact": o.exact is not None,
+        "config": {k: ev(v).as_long() for k, v in (("max_loras", g.M), ("max_num_seqs", g.N),
+                                                    ("max_num_batched_tokens", g.T), ("starvation_steps", g.S))},
+        "universes": {"Req": [str(x) for x in reqs], "Adapter": [str(a) for a in ads]},
+        "rigid": {"base": str(ev(g.base)), "adapter": {str(x): str(ev(g.adapter(x))) for x in reqs},
+                  "prio": {str(x): ev(g.prio(x)).as_long() for x in reqs},
+                  "seq": {str(x): ev(g.seq(x)).as_long() for x in reqs}},
+        "states": [state(sy.s0), state(sy.s1)],
+        "step": {**{n: members(getattr(st, n)) for n in ("arrive", "abort", "sched", "preempt", "adm", "fin")},
+                 "tok": {x: ev(st.tok(r)).as_long() for x, r in ((str(r), r) for r in reqs)
+                         if z3.is_true(ev(st.Xs(r)))},
+                 "before": {x: ev(st.before(r)).as_long() for x, r in ((str(r), r) for r in reqs)
+                            if z3.is_true(ev(st.Xs(r)))}},
+    }
+
+
+def write_cti(o: Outcome, path: str) -> None:
+    import json
+    import os
+
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(cti_json(o), f, indent=1)
 
 
 # ---- reachability (mypyvy `sat trace`) ------------------------------------
@@ -820,8 +888,10 @@ def run_mutant(policy: str, skip: bool, mutant: str, timeout_ms: int = 60_000) -
 
 def check_all(*, policies: tuple[str, ...] = POLICIES, properties: tuple[str, ...] = PROPERTIES,
               invariant: str | None = None, mutants: bool = True, traces: bool = True,
-              timeout_ms: int = 60_000, echo: Callable[[str], None] = print) -> int:
-    """The whole catalogue, mypyvy style; returns the number of unexpected results."""
+              timeout_ms: int = 60_000, echo: Callable[[str], None] = print, cti_dir: str | None = None) -> int:
+    """The whole catalogue, mypyvy style; returns the number of unexpected
+    results. With `cti_dir`, every failed obligation is written there as
+    `unbounded_<model>_<name>.cti.json` (`cti_json`)."""
     errors = 0
     t_all = time.monotonic()
     for m, good, bad in MODELS:
@@ -836,6 +906,10 @@ def check_all(*, policies: tuple[str, ...] = POLICIES, properties: tuple[str, ..
                 continue
             expected_fail = o.kind == "safety" and o.name in bad
             text = o.line()
+            if cti_dir and o.verdict == "fail":
+                path = f"{cti_dir}/unbounded_{m.label}_{o.name}.cti.json"
+                write_cti(o, path)
+                text += f" (wrote {path})"
             if expected_fail:
                 text += " (expected: a real violation, see the sat traces)" if o.verdict == "fail" else \
                     " (a failure was expected!)"
@@ -877,15 +951,16 @@ def check_all(*, policies: tuple[str, ...] = POLICIES, properties: tuple[str, ..
 
 
 def cli_main(args: argparse.Namespace) -> int:
-    """`lora-sched prove --unbounded [--policy P] [--property X] [--timeout S]`:
-    exit 0 when every verdict is the expected one, 1 otherwise."""
+    """`lora-sched prove --unbounded [--policy P] [--property X] [--timeout S] [--itf-dir DIR]`:
+    exit 0 when every verdict is the expected one, 1 otherwise; `--itf-dir`
+    receives the failed obligations as CTI JSON."""
     policy = getattr(args, "policy", None)
     prop = getattr(args, "property", None)
     if prop is not None and prop not in PROPERTIES:
         print(f"--unbounded: property {prop!r} is not one of {', '.join(PROPERTIES)}")
         return 2
     errors = check_all(policies=(policy,) if policy else POLICIES, properties=(prop,) if prop else PROPERTIES,
-                       timeout_ms=int(getattr(args, "timeout", 60)) * 1000)
+                       timeout_ms=int(getattr(args, "timeout", 60)) * 1000, cti_dir=getattr(args, "itf_dir", None))
     return 1 if errors else 0
 
 

@@ -9,11 +9,38 @@ step of `policy.core.Scheduler` that the model does not admit.
 from __future__ import annotations
 
 import functools
+import json
 
 import pytest
 
 from lora_sched.cli import main as cli_main
 from proofs import unbounded as u
+
+
+def violates(cti: dict, prop: str) -> bool:
+    """Judge a CTI JSON object in plain Python (independently of Z3): does
+    its step break `prop`? Running after the scan = (running - aborted -
+    preempted) + admitted; scheduled = scheduled running + admitted."""
+    pre, post, st, cfg, ad = cti["states"][0], cti["states"][1], cti["step"], cti["config"], cti["rigid"]["adapter"]
+    base = cti["rigid"]["base"]
+    running = (set(pre["R"]) - set(st["abort"]) - set(st["preempt"])) | set(st["adm"])
+    scheduled = set(st["sched"]) | set(st["adm"])
+    if prop in ("running_lora_cap", "batch_lora_cap"):
+        members = running if prop == "running_lora_cap" else scheduled
+        return len({ad[r] for r in members if ad[r] != base}) > cfg["max_loras"]
+    if prop == "capacity":
+        return len(running) > cfg["max_num_seqs"] or any(
+            st["before"][r] + st["tok"][r] > cfg["max_num_batched_tokens"] for r in scheduled)
+    if prop == "conservation":
+        return any(sum(r in post[k] for k in ("W", "R", "F", "X")) != (r in post["arrived"])
+                   for r in cti["universes"]["Req"])
+    if prop == "fifo_within_adapter":
+        waiting = (set(pre["W"]) | set(st["arrive"])) - set(st["abort"])
+        seq, prio = cti["rigid"]["seq"], cti["rigid"]["prio"]
+        return any(r1 not in pre["ever"] and r2 in waiting and r2 not in st["adm"] and r2 not in pre["ever"]
+                   and ad[r1] == ad[r2] and prio[r1] == prio[r2] and seq[r2] < seq[r1]
+                   for r1 in st["adm"] for r2 in cti["universes"]["Req"])
+    raise ValueError(prop)
 
 
 @pytest.mark.parametrize("model,good,bad", u.MODELS, ids=[m.label for m, _, _ in u.MODELS])
@@ -27,7 +54,8 @@ def test_any_size_verdicts(model: u.Model, good: tuple[str, ...], bad: tuple[str
             assert o.verdict == "sat", o.line()
         elif o.kind == "safety" and o.name in bad:
             assert o.verdict == "fail", o.line()
-            assert "exact violation from an invariant state" in o.detail, o.line()
+            assert o.exact is not None, o.line()
+            assert violates(u.cti_json(o), o.name), o.line()
         else:
             assert o.verdict == "ok", o.line()
     assert {o.name for o in outs if o.kind == "safety"} == set(good + bad)
@@ -43,7 +71,19 @@ def test_planted_bug_is_caught(policy: str, skip: bool, mutant: str) -> None:
     assert [o.name for o in outs] == list(u.MUTANTS[mutant][1])
     for o in outs:
         assert o.verdict == "fail", f"mutant {mutant} survived: {o.line()}"
-        assert "exact violation from an invariant state" in o.detail, o.line()
+        assert o.exact is not None, o.line()
+        assert violates(u.cti_json(o), o.name), f"the countermodel does not break {o.name}: {o.line()}"
+
+
+def test_cti_json_file(tmp_path: pytest.TempPathFactory) -> None:
+    """`--itf-dir` writes a versioned CTI file per failed obligation; the
+    vllm+skip running_lora_cap one loads and shows the excess."""
+    rc = cli_main(["prove", "--unbounded", "--policy", "vllm", "--property", "running_lora_cap",
+                   "--itf-dir", str(tmp_path)])
+    assert rc == 0
+    cti = json.loads((tmp_path / "unbounded_vllm+skip_running_lora_cap.cti.json").read_text())
+    assert cti["version"] == u.CTI_VERSION and cti["type"] == "cti" and cti["exact"]
+    assert violates(cti, "running_lora_cap")
 
 
 def test_vacuous_step_is_caught() -> None:

@@ -952,16 +952,34 @@ def check_all(*, policies: tuple[str, ...] = POLICIES, properties: tuple[str, ..
 
 def cli_main(args: argparse.Namespace) -> int:
     """`lora-sched prove --unbounded [--policy P] [--property X] [--timeout S] [--itf-dir DIR]`:
-    exit 0 when every verdict is the expected one, 1 otherwise; `--itf-dir`
-    receives the failed obligations as CTI JSON."""
+    exit 0 when every verdict is the expected one, 1 when one is not (a proof
+    fails, a planted bug survives, a trace differs), else 2 when Z3 gave up
+    on some obligation; `--itf-dir` receives the failed obligations as CTI
+    JSON. `--json`, `--manifest` and `--emit-test` are refused (exit 2)."""
+    import sys
+
     policy = getattr(args, "policy", None)
     prop = getattr(args, "property", None)
     if prop is not None and prop not in PROPERTIES:
-        print(f"--unbounded: property {prop!r} is not one of {', '.join(PROPERTIES)}")
+        print(f"--unbounded: --property {prop!r} is not one of {', '.join(PROPERTIES)}", file=sys.stderr)
         return 2
+    for flag in ("json", "manifest", "emit_test"):
+        if getattr(args, flag, None):
+            print(f"--unbounded: --{flag.replace('_', '-')} is not supported with --unbounded", file=sys.stderr)
+            return 2
+    unknown: list[str] = []
+
+    def echo(line: str) -> None:
+        if "UNKNOWN." in line:
+            unknown.append(line)
+        print(line, flush=True)
+
     errors = check_all(policies=(policy,) if policy else POLICIES, properties=(prop,) if prop else PROPERTIES,
-                       timeout_ms=int(getattr(args, "timeout", 60)) * 1000, cti_dir=getattr(args, "itf_dir", None))
-    return 1 if errors else 0
+                       timeout_ms=int(getattr(args, "timeout", 60)) * 1000, cti_dir=getattr(args, "itf_dir", None),
+                       echo=echo)
+    if errors > len(unknown):
+        return 1
+    return 2 if unknown else 0
 
 
 def benchmark(echo: Callable[[str], None] = print) -> dict[str, float]:

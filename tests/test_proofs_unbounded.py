@@ -77,11 +77,11 @@ def test_planted_bug_is_caught(policy: str, skip: bool, mutant: str) -> None:
 
 def test_cti_json_file(tmp_path: pytest.TempPathFactory) -> None:
     """`--itf-dir` writes a versioned CTI file per failed obligation; the
-    vllm+skip running_lora_cap one loads and shows the excess."""
-    rc = cli_main(["prove", "--unbounded", "--policy", "vllm", "--property", "running_lora_cap",
+    blocking+skip running_lora_cap one loads and shows the excess."""
+    rc = cli_main(["prove", "--unbounded", "--policy", "blocking", "--property", "running_lora_cap",
                    "--itf-dir", str(tmp_path)])
     assert rc == 0
-    cti = json.loads((tmp_path / "unbounded_vllm+skip_running_lora_cap.cti.json").read_text())
+    cti = json.loads((tmp_path / "unbounded_blocking+skip_running_lora_cap.cti.json").read_text())
     assert cti["version"] == u.CTI_VERSION and cti["type"] == "cti" and cti["exact"]
     assert violates(cti, "running_lora_cap")
 
@@ -164,6 +164,10 @@ def test_crosscheck_catches_a_wrong_model() -> None:
     running request is left unscheduled."""
     assert u.crosscheck("vllm", runs=2, model=u.Model("blocking")).failures
     assert u.crosscheck("vllm", runs=2, skip=True, model=u.Model("vllm")).failures
+
+
+def test_cli_unbounded_refuses_json() -> None:
+    assert cli_main(["prove", "--unbounded", "--json"]) == 2
 
 
 def test_cli_unbounded(capsys: pytest.CaptureFixture[str]) -> None:

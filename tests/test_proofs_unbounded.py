@@ -118,9 +118,9 @@ def test_cap_countermodel_is_counted() -> None:
     assert mod.eval(g.M).as_long() == 1 and len(loras) >= 2
 
 
-# Bounded instances against the reference. fair's skip rows need fair v3 (the
-# cap set counts every running request): the first design's scheduled-only
-# set is exactly what the model excludes.
+# Bounded instances against the reference. fair's skip rows hold for fair v3
+# (the cap set counts every running request); the first design's
+# scheduled-only set is exactly what the model excludes (it failed them).
 CROSS = [
     ("vllm", dict()),
     ("blocking", dict()),

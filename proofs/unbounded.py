@@ -1025,13 +1025,16 @@ class CrossResult:
     skipped: int = 0
     cap_skips: int = 0  # waiting requests left by the LoRA cap or fair's guard
     unknown: int = 0  # steps Z3 did not decide within the timeout (not failures, not checked)
+    throttled: int = 0  # steps run with the DP prefill throttle
+    throttle_holds: int = 0  # waiting requests the throttle stopped the scan at
+    deferred: int = 0  # running requests left unscheduled by the reference itself (budget, async, throttle)
     failures: list[str] = field(default_factory=list)
 
 
 def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int = 3, seed: int = 0,
                skip: bool = False, async_scheduling: bool = False, kv_blocks: int | None = None,
                queue: str = "fcfs", horizon: int = 14, timeout_ms: int = 20_000,
-               model: Model | None = None) -> CrossResult:
+               model: Model | None = None, max_prompt: int = 3) -> CrossResult:
     """Bounded instance against the reference: instantiate the sorts with the
     R requests and A+1 adapters (0 = base) of random runs of
     `policy.core.Scheduler` (`z3.EnumSort`) and check at every step that the
@@ -1072,7 +1075,7 @@ def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int =
                      starvation_steps=rng.randint(0, 2))
         sched = Scheduler(cfg, make_gate(policy))
         arrivals = sorted(rng.randint(1, 4) for _ in ids)
-        wl = [Request(ids[i], rng.randint(0, adapters), rng.randint(1, 3), rng.randint(1, 3), arrivals[i],
+        wl = [Request(ids[i], rng.randint(0, adapters), rng.randint(1, max_prompt), rng.randint(1, 3), arrivals[i],
                       priority=rng.randint(0, 1) if queue == "priority" else 0) for i in range(requests)]
         for step in range(1, horizon + 1):
             before = _snapshot(sched)
@@ -1087,8 +1090,12 @@ def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int =
             skips = frozenset(r for r in sched.state.running if skip and rng.random() < 0.3)
             if skip and throttle_kw and rng.random() < 0.3:
                 rec = sched.step(step, skips, throttle=True)  # DP prefill throttle (where the reference has it)
+                out.throttled += 1
+                out.throttle_holds += sum(1 for why in rec.holds.values() if why == "throttle")
             else:
                 rec = sched.step(step, skips)
+            out.deferred += sum(1 for r in rec.running if r not in rec.scheduled and r not in skips
+                                and r not in rec.preempted)
             after = _snapshot(sched)
             solver.push()
             solver.add(_pins(sy, reqs, ads, wl, before, after, cfg, step, rec, {r.id for r in arrive}, abort))

@@ -129,6 +129,7 @@ CROSS = [
     ("vllm", dict(queue="priority", kv_blocks=3, seed=1)),
     ("fair", dict(skip=True, async_scheduling=True, kv_blocks=3, seed=1)),
     ("fair", dict(skip=True, queue="priority", kv_blocks=4, seed=1)),
+    ("fair", dict(skip=True, max_prompt=8, seed=4)),  # long prompts: the DP throttle stops scans
 ]
 
 
@@ -149,12 +150,16 @@ def test_reference_steps_are_model_steps(i: int) -> None:
 
 
 def test_crosscheck_covers_the_mechanisms() -> None:
-    """The cross-checked runs include preemptions, skipped running requests
-    and requests left by the LoRA cap or fair's guard (so those branches of
-    the model are compared with the reference)."""
+    """The cross-checked runs include preemptions, skipped running requests,
+    running requests the reference itself leaves unscheduled (budget, async),
+    scans stopped by the DP throttle, and requests left by the LoRA cap or
+    fair's guard (so those branches of the model are compared with the
+    reference)."""
     rs = [_cross(i) for i in range(len(CROSS))]
     assert sum(r.preemptions for r in rs) > 0
     assert sum(r.skipped for r in rs) > 0
+    assert sum(r.deferred for r in rs) > 0
+    assert sum(r.throttle_holds for r in rs) > 0
     assert sum(r.cap_skips for r in rs) > 0
 
 

@@ -49,6 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emit-test", help="write the (last) counterexample as a pytest replay case here")
     p.add_argument("--json", action="store_true", help="print one versioned JSON object (a result per check)")
     p.add_argument("-v", "--verbose", action="store_true", help="progress per depth / k")
+    p.add_argument("--unbounded", action="store_true",
+                   help="inductive invariants over uninterpreted sorts: any number of requests and adapters "
+                        "(proofs.unbounded)")
 
 
 def select(args: argparse.Namespace) -> list[Check]:
@@ -93,6 +96,9 @@ def result_json(c: Check, r: engine.Result, itf: str | None, drifted: str | None
 
 
 def main(args: argparse.Namespace) -> int:
+    if getattr(args, "unbounded", False):
+        from proofs import unbounded
+        return unbounded.cli_main(args)
     checks = select(args)
     say = (lambda *a, **k: print(*a, **k, file=sys.stderr)) if args.json else print
     rows, results = [], []

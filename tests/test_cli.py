@@ -14,9 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from lora_sched.spec.properties import ALL_PROPERTIES
 from verdicts import verdicts as parse_verdicts
-
-from spec.properties import ALL_PROPERTIES
 
 ROOT = Path(__file__).resolve().parent.parent
 

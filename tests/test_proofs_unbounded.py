@@ -12,9 +12,9 @@ import functools
 import json
 
 import pytest
+from lora_sched.proofs import unbounded as u
 
 from lora_sched.cli import main as cli_main
-from proofs import unbounded as u
 
 
 def violates(cti: dict, prop: str) -> bool:

@@ -26,6 +26,8 @@ from lora_sched.policy.replay import replay
 from lora_sched.spec.check import check_trace
 from lora_sched.spec.trace import read_trace
 
+pytestmark = pytest.mark.vllm  # drives vLLM's own scheduler
+
 PATCH = Path(__file__).resolve().parents[1] / "docs" / "vllm-0.32-lora-cap.patch"
 CAPS = {"batch_lora_cap", "running_lora_cap"}
 

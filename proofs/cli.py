@@ -28,6 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--itf-dir", help="write each counterexample as <dir>/<policy>_<property>.itf.json")
     p.add_argument("--emit-test", help="write the (last) counterexample as a pytest replay case here")
     p.add_argument("-v", "--verbose", action="store_true", help="progress per depth / k")
+    p.add_argument("--sweep", action="store_true", help="the manifest plus sweeps, as Ray tasks (fuzz.sweep)")
 
 
 def select(args: argparse.Namespace) -> list[Check]:
@@ -47,6 +48,10 @@ def select(args: argparse.Namespace) -> list[Check]:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.sweep:
+        from fuzz.sweep import main as sweep
+
+        return sweep(args)
     checks = select(args)
     rows = []
     code = 0

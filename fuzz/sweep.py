@@ -33,7 +33,8 @@ BMC_DEPTH = 4
 def _sweep_points() -> list[tuple[str, enc.Bounds]]:
     pts: list[tuple[str, enc.Bounds]] = []
     for m in (1, 2, 3):
-        pts.append((f"max_loras={m}", enc.Bounds(requests=4, adapters=m + 1, max_loras=(m, m))))
+        # m running adapters, one blocked, one behind it: blocking's head-of-line case needs m + 2 requests.
+        pts.append((f"max_loras={m}", enc.Bounds(requests=max(4, m + 2), adapters=m + 1, max_loras=(m, m))))
     for seqs, budget in ((2, 2), (4, 8), (8, 16)):
         pts.append((f"seqs={seqs},budget={budget}",
                     enc.Bounds(requests=4, adapters=2, max_num_seqs=(1, seqs), max_num_batched_tokens=(1, budget),

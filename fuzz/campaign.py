@@ -45,6 +45,7 @@ class Options:
     address: str | None = None
     chunk: int = 8
     replay_against: str | None = None  # plant a wrong reference (tests, demos)
+    shrink: bool = True  # off: findings stay unshrunk (a later run on the same --out shrinks them)
     shrink_runs: int = 400
     shrink_seconds: float = 120.0
     progress_every: float = 2.0
@@ -262,6 +263,8 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
         return True
 
     def submit_shrink(f: Finding) -> None:
+        if not opts.shrink:
+            return
         i = min(range(workers), key=lambda k: busy[k])
         ref = actors[i].shrink.remote(f.first_seed, f.signature, opts.shrink_runs, opts.shrink_seconds)
         pending[ref] = ("shrink", i, f.signature)

@@ -25,6 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", help="an existing Ray cluster (default: a local Ray instance on 127.0.0.1)")
     p.add_argument("--chunk", type=int, default=8, help="workloads per Ray task (default 8)")
     p.add_argument("--shrink-runs", type=int, default=400, help="most vLLM runs to shrink one finding (default 400)")
+    p.add_argument("--no-shrink", action="store_true", help="record findings without shrinking them")
     p.add_argument("--replay-against", choices=["blocking", "vllm", "fair"],
                    help="replay every trace through this reference instead of its own policy "
                         "(plants a known divergence: for testing the campaign itself)")
@@ -39,7 +40,8 @@ def main(args: argparse.Namespace) -> int:
             print(f"error: --{name.replace('_', '-')} must be > 0, got {v}", file=sys.stderr)
             return 2
     opts = Options(minutes=minutes, count=args.count, workers=args.workers, seed=args.seed, address=args.address,
-                   chunk=args.chunk, replay_against=args.replay_against, shrink_runs=args.shrink_runs)
+                   chunk=args.chunk, replay_against=args.replay_against, shrink=not args.no_shrink,
+                   shrink_runs=args.shrink_runs)
     out = Path(args.out)
     try:
         report = run_campaign(opts, out)

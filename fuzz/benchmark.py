@@ -1,0 +1,50 @@
+"""Benchmark: fuzz throughput with 1 and 2 Ray workers, side by side (`python -m fuzz.benchmark`).
+
+Runs the same seed range with 1 worker, then 2, `--rounds` times alternating
+(so that load from elsewhere on the machine hits both alike), each on a fresh
+local Ray instance, without shrinking; prints workloads/s after the workers
+are ready (vLLM imported) and the ratio. A benchmark, not a test: it prints
+figures and asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+from pathlib import Path
+
+
+def measure(workers: int, count: int, seed: int) -> tuple[float, float]:
+    """(workloads/s, startup seconds) of one campaign on a fresh local Ray."""
+    import ray
+
+    from fuzz.campaign import Options, run_campaign
+
+    with tempfile.TemporaryDirectory() as d:
+        rep = run_campaign(Options(count=count, workers=workers, seed=seed, shrink=False, progress_every=30.0),
+                           Path(d), log=lambda s: None)
+    ray.shutdown()
+    run = rep.runs[-1]
+    return float(run["workloads_per_s"]), float(run["startup_seconds"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--count", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=2)
+    a = ap.parse_args()
+    rates: dict[int, list[float]] = {1: [], 2: []}
+    for r in range(a.rounds):
+        for w in (1, 2):
+            rate, start = measure(w, a.count, a.seed)
+            rates[w].append(rate)
+            print(f"round {r + 1}: {w} worker(s): {rate:.2f} workloads/s (seeds {a.seed}..{a.seed + a.count - 1}, "
+                  f"startup {start:.1f}s)", flush=True)
+    m1, m2 = statistics.median(rates[1]), statistics.median(rates[2])
+    print(f"median: 1 worker {m1:.2f}/s, 2 workers {m2:.2f}/s, speed-up {m2 / m1:.2f}x (goal >= 1.7x)")
+
+
+if __name__ == "__main__":
+    main()

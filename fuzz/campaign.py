@@ -189,7 +189,6 @@ def _worker_class():
 
 def _init_ray(opts: Options) -> int:
     """Start or join Ray; return the number of workers to use."""
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
     if ray.is_initialized():

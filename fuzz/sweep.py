@@ -74,7 +74,6 @@ def verdict_code(check: Check, r: dict[str, Any]) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
     checks = catalogue()

@@ -46,8 +46,8 @@ class Options:
     chunk: int = 8
     replay_against: str | None = None  # plant a wrong reference (tests, demos)
     shrink: bool = True  # off: findings stay unshrunk (a later run on the same --out shrinks them)
-    shrink_runs: int = 400
-    shrink_seconds: float = 120.0
+    shrink_runs: int = 1000
+    shrink_seconds: float = 180.0
     progress_every: float = 2.0
 
 
@@ -217,7 +217,8 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
     """Run (or resume) the campaign in `out`; return its report."""
     import ray
 
-    log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    t_start = time.perf_counter()
+    log = log or (lambda s: print(f"[{time.perf_counter() - t_start:6.1f}s] {s}", file=sys.stderr, flush=True))
     if opts.minutes is None and opts.count is None:
         raise CampaignError("give --minutes or --count")
     out.mkdir(parents=True, exist_ok=True)
@@ -235,11 +236,11 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
     ensure_assets(0)  # once here, so that local workers never race to generate it
     workers = _init_ray(opts)
     cls = _worker_class()
-    t_start = time.perf_counter()
+    t_actors = time.perf_counter()
     actors = [cls.options(scheduling_strategy="SPREAD").remote(opts.replay_against) for _ in range(workers)]
     nodes = ray.get([a.ready.remote() for a in actors])
     t_ready = time.perf_counter()
-    log(f"fuzz: {workers} workers ready in {t_ready - t_start:.1f}s ({', '.join(nodes)}); seeds from {opts.seed}")
+    log(f"fuzz: {workers} workers ready in {t_ready - t_actors:.1f}s ({', '.join(nodes)}); seeds from {opts.seed}")
     deadline = t_ready + opts.minutes * 60 if opts.minutes is not None else None
     chunks = uncovered(report.ranges_done, opts.seed, opts.chunk)
     budget = opts.count
@@ -320,7 +321,7 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
     elapsed = time.perf_counter() - t_ready
     report.runs.append({"workers": workers, "nodes": sorted(set(n.split(":")[2] for n in nodes)),
                         "address": opts.address or "local", "workloads": done_here,
-                        "seconds": round(elapsed, 2), "startup_seconds": round(t_ready - t_start, 2),
+                        "seconds": round(elapsed, 2), "startup_seconds": round(t_ready - t_actors, 2),
                         "workloads_per_s": round(done_here / elapsed, 2) if elapsed > 0 else None})
     report.save(path)
     for a in actors:

@@ -24,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="first workload seed (default 0)")
     p.add_argument("--address", help="an existing Ray cluster (default: a local Ray instance on 127.0.0.1)")
     p.add_argument("--chunk", type=int, default=8, help="workloads per Ray task (default 8)")
-    p.add_argument("--shrink-runs", type=int, default=400, help="most vLLM runs to shrink one finding (default 400)")
+    p.add_argument("--shrink-runs", type=int, default=1000,
+                   help="most vLLM runs to shrink one finding (default 1000; at most 3 minutes)")
     p.add_argument("--no-shrink", action="store_true", help="record findings without shrinking them")
     p.add_argument("--replay-against", choices=["blocking", "vllm", "fair"],
                    help="replay every trace through this reference instead of its own policy "

@@ -159,6 +159,7 @@ def shrink(case: FuzzCase, still_fails: Callable[[FuzzCase], bool], *, max_runs:
         if (cur.size(), cur.config) == before or test.left <= 0:
             break
     neat = tidy(cur)
-    if neat != cur and test(neat):
+    if neat != cur and valid(neat) and still_fails(neat):  # one run past the budget: the canonical form
         cur = neat
+        test.used += 1
     return ShrinkResult(cur, test.used)

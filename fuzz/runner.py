@@ -62,7 +62,9 @@ def _crash_name(exc: BaseException) -> tuple[str, str]:
     frames = traceback.extract_tb(exc.__traceback__)
     last = frames[-1] if frames else None
     where = f"{os.path.basename(last.filename)}:{last.name}" if last else "?"
-    line = f" ({os.path.basename(last.filename)}:{last.lineno}: {last.line})" if last else ""
+    # Code compiled from rewritten source (lora_sched's hooked schedule()) has no file to quote.
+    text = f": {last.line}" if last and last.line and os.path.exists(last.filename) else ""
+    line = f" ({os.path.basename(last.filename)}:{last.lineno}{text})" if last else ""
     return f"{type(exc).__name__}@{where}", f"{type(exc).__name__}: {exc}{line}".strip()
 
 

@@ -10,13 +10,14 @@ figures and asserts nothing.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 from pathlib import Path
 
 
-def measure(workers: int, count: int, seed: int) -> tuple[float, float]:
-    """(workloads/s, startup seconds) of one campaign on a fresh local Ray."""
+def measure(workers: int, count: int, seed: int) -> dict:
+    """The run entry of one campaign on a fresh local Ray (workloads/s, startup, worker ms per workload)."""
     import ray
 
     from fuzz.campaign import Options, run_campaign
@@ -25,8 +26,7 @@ def measure(workers: int, count: int, seed: int) -> tuple[float, float]:
         rep = run_campaign(Options(count=count, workers=workers, seed=seed, shrink=False, progress_every=30.0),
                            Path(d), log=lambda s: None)
     ray.shutdown()
-    run = rep.runs[-1]
-    return float(run["workloads_per_s"]), float(run["startup_seconds"])
+    return rep.runs[-1]
 
 
 def main() -> None:
@@ -38,10 +38,13 @@ def main() -> None:
     rates: dict[int, list[float]] = {1: [], 2: []}
     for r in range(a.rounds):
         for w in (1, 2):
-            rate, start = measure(w, a.count, a.seed)
-            rates[w].append(rate)
-            print(f"round {r + 1}: {w} worker(s): {rate:.2f} workloads/s (seeds {a.seed}..{a.seed + a.count - 1}, "
-                  f"startup {start:.1f}s)", flush=True)
+            load = os.getloadavg()[0]
+            run = measure(w, a.count, a.seed)
+            rates[w].append(run["workloads_per_s"])
+            print(f"round {r + 1}: {w} worker(s): {run['workloads_per_s']:.2f} workloads/s, "
+                  f"{run['worker_ms_per_workload']} ms of worker time per workload "
+                  f"(seeds {a.seed}..{a.seed + a.count - 1}, startup {run['startup_seconds']:.1f}s, "
+                  f"load average {load:.1f} on {os.cpu_count()} CPUs)", flush=True)
     m1, m2 = statistics.median(rates[1]), statistics.median(rates[2])
     print(f"median: 1 worker {m1:.2f}/s, 2 workers {m2:.2f}/s, speed-up {m2 / m1:.2f}x (goal >= 1.7x)")
 

@@ -247,6 +247,7 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
     pending: dict[Any, tuple[str, int, Any]] = {}  # ref -> (kind, actor index, info)
     busy = Counter()
     done_here = 0
+    busy_seconds = 0.0  # time workers spent inside run_range
     shrinking: set[str] = set()
     last_progress = 0.0
 
@@ -290,6 +291,7 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
                 report.workloads += n
                 done_here += n
                 report.coverage.update(r["features"])
+                busy_seconds += r["seconds"]
                 for seed, failure in r["failures"]:
                     new = report.findings.add(seed, failure)
                     if new is not None:
@@ -322,7 +324,8 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
     report.runs.append({"workers": workers, "nodes": sorted(set(n.split(":")[2] for n in nodes)),
                         "address": opts.address or "local", "workloads": done_here,
                         "seconds": round(elapsed, 2), "startup_seconds": round(t_ready - t_actors, 2),
-                        "workloads_per_s": round(done_here / elapsed, 2) if elapsed > 0 else None})
+                        "workloads_per_s": round(done_here / elapsed, 2) if elapsed > 0 else None,
+                        "worker_ms_per_workload": round(1000 * busy_seconds / done_here, 1) if done_here else None})
     report.save(path)
     for a in actors:
         ray.kill(a)

@@ -1,8 +1,8 @@
 """A fuzz campaign on Ray: long-lived workers over seed ranges, a resumable report.
 
-Each worker is a Ray actor that imports vLLM once (several seconds) and then
-runs whole seed ranges (`FuzzWorker.run_range`), so the import is paid once
-per worker, not per workload. The driver keeps two ranges in flight per
+Each worker is a named Ray actor that imports vLLM once (several seconds) and
+then runs whole seed ranges (`FuzzWorker.run_range`), so the import is paid
+once per worker and Ray session, not per workload. The driver keeps two ranges in flight per
 worker, streams results back with `ray.wait`, prints a progress line
 (workloads/s, findings so far), and hands the first workload of every new
 signature to a worker to shrink (`FuzzWorker.shrink`). After every result the
@@ -128,13 +128,12 @@ def _worker_class():
     class FuzzWorker:
         """Runs seed ranges and shrinks findings; vLLM is imported once, here."""
 
-        def __init__(self, replay_against: str | None) -> None:
+        def __init__(self) -> None:
             os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
             from conformance.assets import ensure_assets
             from fuzz.runner import default_trace_path
 
             ensure_assets(0)
-            self.replay_against = replay_against
             self.trace = default_trace_path()
             warm_up(self.trace)
 
@@ -145,7 +144,7 @@ def _worker_class():
 
             return f"{socket.gethostname()}:{os.getpid()}:{ray.get_runtime_context().get_node_id()[:8]}"
 
-        def run_range(self, lo: int, hi: int) -> dict[str, Any]:
+        def run_range(self, lo: int, hi: int, replay_against: str | None) -> dict[str, Any]:
             from fuzz.runner import run_case
             from fuzz.space import generate
 
@@ -153,18 +152,19 @@ def _worker_class():
             failures: list[tuple[int, dict[str, Any]]] = []
             features: Counter = Counter()
             for seed in range(lo, hi):
-                res = run_case(generate(seed, reference=self.replay_against), self.trace)
+                res = run_case(generate(seed, reference=replay_against), self.trace)
                 failures.extend((seed, f.to_json()) for f in res.failures)
                 features.update(res.features)
             return {"lo": lo, "hi": hi, "failures": failures, "features": dict(features),
                     "seconds": time.perf_counter() - t0}
 
-        def shrink(self, seed: int, signature: str, max_runs: int, max_seconds: float) -> dict[str, Any]:
+        def shrink(self, seed: int, signature: str, replay_against: str | None, max_runs: int,
+                   max_seconds: float) -> dict[str, Any]:
             from fuzz.runner import default_trace_path, run_case
             from fuzz.shrink import shrink
             from fuzz.space import generate
 
-            case = generate(seed, reference=self.replay_against)
+            case = generate(seed, reference=replay_against)
             deadline = time.monotonic() + max_seconds
 
             def still_fails(c) -> bool:
@@ -237,7 +237,10 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
     workers = _init_ray(opts)
     cls = _worker_class()
     t_actors = time.perf_counter()
-    actors = [cls.options(scheduling_strategy="SPREAD").remote(opts.replay_against) for _ in range(workers)]
+    # Named, so that a later campaign in the same Ray session (a resume, the
+    # tests) reuses the workers and their imported vLLM.
+    actors = [cls.options(name=f"lora-sched-fuzz-{i}", get_if_exists=True, scheduling_strategy="SPREAD").remote()
+              for i in range(workers)]
     nodes = ray.get([a.ready.remote() for a in actors])
     t_ready = time.perf_counter()
     log(f"fuzz: {workers} workers ready in {t_ready - t_actors:.1f}s ({', '.join(nodes)}); seeds from {opts.seed}")
@@ -259,7 +262,7 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
         if budget is not None:
             hi = min(hi, lo + budget)
             budget -= hi - lo
-        pending[actors[i].run_range.remote(lo, hi)] = ("range", i, (lo, hi))
+        pending[actors[i].run_range.remote(lo, hi, opts.replay_against)] = ("range", i, (lo, hi))
         busy[i] += 1
         return True
 
@@ -267,7 +270,8 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
         if not opts.shrink:
             return
         i = min(range(workers), key=lambda k: busy[k])
-        ref = actors[i].shrink.remote(f.first_seed, f.signature, opts.shrink_runs, opts.shrink_seconds)
+        ref = actors[i].shrink.remote(f.first_seed, f.signature, opts.replay_against, opts.shrink_runs,
+                                      opts.shrink_seconds)
         pending[ref] = ("shrink", i, f.signature)
         busy[i] += 1
         shrinking.add(f.signature)
@@ -327,6 +331,4 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
                         "workloads_per_s": round(done_here / elapsed, 2) if elapsed > 0 else None,
                         "worker_ms_per_workload": round(1000 * busy_seconds / done_here, 1) if done_here else None})
     report.save(path)
-    for a in actors:
-        ray.kill(a)
     return report

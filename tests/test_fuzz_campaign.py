@@ -22,7 +22,7 @@ from fuzz.campaign import Options, run_campaign  # noqa: E402
 from fuzz.runner import run_case  # noqa: E402
 from fuzz.space import FuzzCase  # noqa: E402
 
-COUNT = 20
+COUNT = 16  # seed 14 runs `vllm` and diverges from the planted reference
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def cluster():
 
 def test_campaign_on_two_nodes(cluster, tmp_path) -> None:
     opts = Options(count=COUNT, workers=2, chunk=4, address=cluster.address, replay_against="blocking",
-                   progress_every=5.0)
+                   shrink_runs=300, progress_every=5.0)
     report = run_campaign(opts, tmp_path)
     d = json.loads((tmp_path / "report.json").read_text())
     assert d["format"] == "lora-sched-fuzz-report" and d["vllm"].startswith("vllm 0.")

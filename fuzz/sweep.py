@@ -33,8 +33,11 @@ BMC_DEPTH = 4
 def _sweep_points() -> list[tuple[str, enc.Bounds]]:
     pts: list[tuple[str, enc.Bounds]] = []
     for m in (1, 2, 3):
-        # m running adapters, one blocked, one behind it: blocking's head-of-line case needs m + 2 requests.
-        pts.append((f"max_loras={m}", enc.Bounds(requests=max(4, m + 2), adapters=m + 1, max_loras=(m, m))))
+        # m running adapters, one blocked, one behind it: blocking's head-of-line case needs m + 2
+        # requests, m + 1 seats and a budget for m + 2 tokens.
+        pts.append((f"max_loras={m}", enc.Bounds(requests=max(4, m + 2), adapters=m + 1, max_loras=(m, m),
+                                                 max_num_seqs=(1, max(3, m + 1)),
+                                                 max_num_batched_tokens=(1, max(4, m + 2)))))
     for seqs, budget in ((2, 2), (4, 8), (8, 16)):
         pts.append((f"seqs={seqs},budget={budget}",
                     enc.Bounds(requests=4, adapters=2, max_num_seqs=(1, seqs), max_num_batched_tokens=(1, budget),

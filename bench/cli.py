@@ -36,7 +36,7 @@ ROWS = [
     ("Median ITL (ms)", "median_itl_ms", "{:.2f}"),
     ("P99 ITL (ms)", "p99_itl_ms", "{:.2f}"),
 ]
-LIVE_NEEDS = ("conformance.server", "conformance.assets", "conformance.policies")
+LIVE_NEEDS = ("conformance.server", "conformance.assets", "lora_sched.scheduler")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -46,12 +46,13 @@ _VLLM_CONFIG_CACHE: dict[tuple, object] = {}
 
 
 def make_scheduler(cfg: Config, policy: str | None = None, *, model: str | None = None,
-                   plenty_blocks: int = 4096):
+                   plenty_blocks: int = 4096, scheduler_class: type | None = None):
     """A recording vLLM scheduler configured like `cfg`.
 
     `kv_blocks=None` (unlimited) becomes `plenty_blocks`: vLLM has no
     unlimited pool and builds every block eagerly, so callers pass a number
-    the workload cannot exhaust (the header then states it)."""
+    the workload cannot exhaust (the header then states it). `scheduler_class`
+    replaces the policy's recording class (e.g. a patched vLLM scheduler)."""
     import torch
     from vllm.config import CacheConfig, LoRAConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -96,7 +97,7 @@ def make_scheduler(cfg: Config, policy: str | None = None, *, model: str | None 
     )
     vllm_config.cache_config.num_gpu_blocks = num_blocks  # type: ignore[attr-defined]
     sync_cls, async_cls = _scheduler_classes(policy)
-    cls = async_cls if cfg.async_scheduling else sync_cls
+    cls = scheduler_class or (async_cls if cfg.async_scheduling else sync_cls)
     sched = cls(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
                 structured_output_manager=StructuredOutputManager(vllm_config),
                 block_size=cfg.block_size, log_stats=False)
@@ -142,15 +143,17 @@ class Stuck(RuntimeError):
 
 
 def run_workload(cfg: Config, workload: Workload, trace_path: str | os.PathLike[str], *,
-                 policy: str | None = None, max_steps: int = 20_000) -> int:
+                 policy: str | None = None, max_steps: int = 20_000, scheduler_class: type | None = None) -> int:
     """Drive vLLM's scheduler through `workload`, recording to `trace_path`.
 
     Returns the number of `schedule()` calls. The clock follows the engine:
     one `schedule()` per step while vLLM has requests; idle steps are jumped.
+    An exception inside vLLM (its max_loras assert, say) propagates after the
+    trace up to the step before it is flushed to `trace_path`.
     """
     plenty = sum(-(-(r.prompt_tokens + r.max_tokens) // cfg.block_size) for r in workload.requests) + 1
-    sched = make_scheduler(cfg, policy, plenty_blocks=plenty)
-    sched.start_recording(trace_path)
+    sched = make_scheduler(cfg, policy, plenty_blocks=plenty, scheduler_class=scheduler_class)
+    sched.start_recording(trace_path, async_scheduling=cfg.async_scheduling)
     arrivals = sorted(workload.requests, key=lambda r: r.arrival)
     aborts = sorted(workload.aborts.items(), key=lambda kv: kv[1])
     ai = bi = seq = 0

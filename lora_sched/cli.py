@@ -19,6 +19,7 @@ COMMANDS = {
     "conform": ("conformance.cli", "run vLLM (live or in-process) and check it against the reference"),
     "bench": ("bench.cli", "benchmark the three policies (simulated, or --live on vLLM)"),
     "fuzz": ("fuzz.cli", "a fuzz campaign of vLLM's scheduler against the spec, on Ray"),
+    "view": ("view.cli", "draw a trace or counterexample as a timeline (HTML or PNG)"),
 }
 
 

@@ -159,7 +159,10 @@ def hook_schedule(source: str, *, version: str = vllm.__version__, filename: str
     scan.body.insert(0, ast.copy_location(call, scan.body[0]))
     ast.fix_missing_locations(tree)
     namespace: dict[str, Any] = {}
-    exec(compile(tree, f"{filename} (lora_sched hooks)", "exec"), vars(_vsched), namespace)  # noqa: S102
+    # Compile under vLLM's module's __future__ flags, not this module's.
+    flags = getattr(vars(_vsched).get("annotations"), "compiler_flag", 0)
+    code = compile(tree, f"{filename} (lora_sched hooks)", "exec", flags=flags, dont_inherit=True)
+    exec(code, vars(_vsched), namespace)  # noqa: S102
     return namespace["schedule"]
 
 

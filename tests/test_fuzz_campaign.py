@@ -13,10 +13,10 @@ import importlib.util
 import json
 import os
 
-import pytest
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # before Ray is imported, as fuzz/__init__.py does
 
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-ray = pytest.importorskip("ray", reason="the fuzz extra (ray) is not installed")
+import pytest  # noqa: E402
+import ray  # noqa: E402
 
 from fuzz.campaign import Options, run_campaign  # noqa: E402
 from fuzz.runner import run_case  # noqa: E402

@@ -145,14 +145,19 @@ def _worker_class():
             return f"{socket.gethostname()}:{os.getpid()}:{ray.get_runtime_context().get_node_id()[:8]}"
 
         def run_range(self, lo: int, hi: int, replay_against: str | None) -> dict[str, Any]:
-            from fuzz.runner import run_case
+            from fuzz.runner import Failure, run_case
             from fuzz.space import generate
 
             t0 = time.perf_counter()
             failures: list[tuple[int, dict[str, Any]]] = []
             features: Counter = Counter()
             for seed in range(lo, hi):
-                res = run_case(generate(seed, reference=replay_against), self.trace)
+                try:
+                    res = run_case(generate(seed, reference=replay_against), self.trace)
+                except Exception as exc:  # a bug of the harness itself: reported, the campaign goes on
+                    failures.append((seed, Failure("harness-error", type(exc).__name__, "-",
+                                                   f"{type(exc).__name__}: {exc}").to_json()))
+                    continue
                 failures.extend((seed, f.to_json()) for f in res.failures)
                 features.update(res.features)
             return {"lo": lo, "hi": hi, "failures": failures, "features": dict(features),
@@ -287,7 +292,13 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
         for ref in ready:
             kind, i, info = pending.pop(ref)
             busy[i] -= 1
-            r = ray.get(ref)
+            try:
+                r = ray.get(ref)
+            except ray.exceptions.RayTaskError as exc:
+                if kind == "range":
+                    raise
+                r = {"status": "shrink-error", "runs": 0}
+                log(f"fuzz: shrinking {info} failed: {str(exc).splitlines()[-1][:200]}")
             if kind == "range":
                 report.ranges_done.append(list(info))
                 report.ranges_done = merge(report.ranges_done)
@@ -313,7 +324,7 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
                     write_finding(out, f, FuzzCase.from_json(r["case"]), r["trace"], report.vllm)
                     log(f"fuzz: shrunk {f.signature} to {len(r['case']['requests'])} request(s) "
                         f"in {r['runs']} runs -> {f.files['test']}")
-                else:
+                elif r["status"] == "not-reproduced":
                     log(f"fuzz: {f.signature} did not reproduce when shrinking")
                 if deadline is None or time.perf_counter() < deadline:
                     submit_range(i)

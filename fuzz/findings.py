@@ -38,7 +38,7 @@ class Finding:
     first_seed: int
     hits: int = 1
     seeds: list[int] = field(default_factory=list)
-    status: str = "found"  # found | shrunk | not-reproduced
+    status: str = "found"  # found | shrunk | not-reproduced | shrink-error
     minimal: dict[str, Any] | None = None  # the shrunk case (FuzzCase.to_json)
     minimal_message: str | None = None
     shrink_runs: int = 0

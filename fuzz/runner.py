@@ -30,7 +30,7 @@ from spec.trace import TraceError, read_trace
 
 @dataclass(frozen=True)
 class Failure:
-    kind: str  # crash | stuck | property | divergence | reference-error
+    kind: str  # crash | stuck | property | divergence | reference-error | harness-error (campaign)
     name: str  # exception@function, property name, or diverging field
     policy: str
     message: str

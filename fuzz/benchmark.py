@@ -42,7 +42,8 @@ def main() -> None:
             run = measure(w, a.count, a.seed)
             rates[w].append(run["workloads_per_s"])
             print(f"round {r + 1}: {w} worker(s): {run['workloads_per_s']:.2f} workloads/s, "
-                  f"{run['worker_ms_per_workload']} ms of worker time per workload "
+                  f"{run['worker_ms_per_workload']} ms of worker time per workload, "
+                  f"workers on CPU {100 * run['worker_cpu_share']:.0f}% of it "
                   f"(seeds {a.seed}..{a.seed + a.count - 1}, startup {run['startup_seconds']:.1f}s, "
                   f"load average {load:.1f} on {os.cpu_count()} CPUs)", flush=True)
     m1, m2 = statistics.median(rates[1]), statistics.median(rates[2])

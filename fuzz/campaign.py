@@ -148,7 +148,7 @@ def _worker_class():
             from fuzz.runner import Failure, run_case
             from fuzz.space import generate
 
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             failures: list[tuple[int, dict[str, Any]]] = []
             features: Counter = Counter()
             for seed in range(lo, hi):
@@ -161,7 +161,7 @@ def _worker_class():
                 failures.extend((seed, f.to_json()) for f in res.failures)
                 features.update(res.features)
             return {"lo": lo, "hi": hi, "failures": failures, "features": dict(features),
-                    "seconds": time.perf_counter() - t0}
+                    "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
 
         def shrink(self, seed: int, signature: str, replay_against: str | None, max_runs: int,
                    max_seconds: float) -> dict[str, Any]:
@@ -255,7 +255,7 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
     pending: dict[Any, tuple[str, int, Any]] = {}  # ref -> (kind, actor index, info)
     busy = Counter()
     done_here = 0
-    busy_seconds = 0.0  # time workers spent inside run_range
+    busy_seconds = cpu_seconds = 0.0  # wall and CPU time workers spent inside run_range
     shrinking: set[str] = set()
     last_progress = 0.0
 
@@ -307,6 +307,7 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
                 done_here += n
                 report.coverage.update(r["features"])
                 busy_seconds += r["seconds"]
+                cpu_seconds += r["cpu_seconds"]
                 for seed, failure in r["failures"]:
                     new = report.findings.add(seed, failure)
                     if new is not None:
@@ -340,6 +341,8 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
                         "address": opts.address or "local", "workloads": done_here,
                         "seconds": round(elapsed, 2), "startup_seconds": round(t_ready - t_actors, 2),
                         "workloads_per_s": round(done_here / elapsed, 2) if elapsed > 0 else None,
-                        "worker_ms_per_workload": round(1000 * busy_seconds / done_here, 1) if done_here else None})
+                        "worker_ms_per_workload": round(1000 * busy_seconds / done_here, 1) if done_here else None,
+                        # CPU time / wall time inside the workers: 1.0 = each worker had a CPU to itself
+                        "worker_cpu_share": round(cpu_seconds / busy_seconds, 2) if busy_seconds else None})
     report.save(path)
     return report

@@ -3,12 +3,16 @@
 Delta debugging (Zeller's ddmin) over the requests, then over the aborts,
 then one simplification at a time over the config (async off, chunked prefill
 on, no long-prefill threshold, roomy KV, FCFS, `starvation_steps` 0, the
-throttle off, smaller `max_loras` / `max_num_seqs` / budget / block size) and
-over each request (shorter prompt and output, earlier arrival, priority 0,
-adapters renumbered), repeated until nothing more goes. A candidate is kept
+throttle off or on a shorter cadence, smaller `max_loras` / `max_num_seqs` /
+budget / KV / block size) and over each request (shorter prompt and output,
+earlier arrival, priority 0, a lower adapter, a later abort moved earlier),
+repeated until nothing more goes; then ids, adapters and arrivals are put in
+a canonical form (`tidy`). A candidate is kept
 only if it is valid (`fuzz.space.valid`) and `still_fails` says it still
-shows the failure (the campaign passes: the same signature). The result is
-1-minimal for the requests: removing any single request loses the failure.
+shows the failure (the campaign passes: the same signature). When it ends
+within its budget the result is 1-minimal for the requests: removing any single
+request loses the failure (a local minimum: another, smaller workload may
+still fail the same way).
 """
 
 from __future__ import annotations
@@ -72,7 +76,9 @@ def _config_changes(case: FuzzCase) -> list[dict]:
     out: list[dict] = [{"async_scheduling": False}, {"chunked_prefill": True}, {"long_prefill_token_threshold": 0},
                        {"kv_blocks": None}, {"queue": "fcfs"}, {"starvation_steps": 0}]
     if THROTTLE:
-        out.append({THROTTLE_FIELD: 1})
+        k = getattr(cfg, THROTTLE_FIELD)
+        out.append({THROTTLE_FIELD: 1})  # off; else a shorter cadence
+        out.extend({THROTTLE_FIELD: s} for s in sorted({2, k // 2, k - 1}) if 2 <= s < k)
     for name in ("max_loras", "max_num_seqs", "max_num_batched_tokens", "kv_blocks", "block_size"):
         v = getattr(cfg, name)
         if v is not None:

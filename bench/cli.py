@@ -3,40 +3,23 @@
 Simulated by default (reference policies + the cost model, well under a
 minute); `--speed` adds the reference-vs-vLLM scheduler speed (imports vLLM,
 which alone takes tens of seconds); `--live` runs the policies inside the CPU
-vLLM server. Results go to `--out` as JSON and PNG; stdout gets the tables.
+vLLM server, driven by vLLM's own benchmark client (`bench.live`). Results go
+to `--out` as JSON and PNG; stdout gets the tables.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import time
 from pathlib import Path
 
 from bench.costmodel import DEFAULT, SEED_BLOCKING, SEED_PR, SEED_RATIO, SEED_ROWS
-from bench.simulate import POLICIES, progress, ratio, seed_config, seed_requests, simulate_policy
+from bench.live import LIVE_INPUT_MEAN, LIVE_OUTPUT, LIVE_PROMPTS, LIVE_STARVATION_STEPS
+from bench.simulate import progress, ratio, seed_config, seed_requests, simulate_policy
 from bench.sweeps import STARVATION_STEPS, STREAM_LENGTHS, starvation_sweep, tuning_sweep
-
-ROWS = [
-    ("Successful requests", "completed", "{:.0f}"),
-    ("Benchmark duration (s)", "duration_s", "{:.2f}"),
-    ("Total input tokens", "total_input_tokens", "{:.0f}"),
-    ("Total generated tokens", "total_output_tokens", "{:.0f}"),
-    ("Request throughput (req/s)", "request_throughput", "{:.2f}"),
-    ("Output token throughput (tok/s)", "output_throughput", "{:.2f}"),
-    ("Total Token throughput (tok/s)", "total_token_throughput", "{:.2f}"),
-    ("Mean TTFT (ms)", "mean_ttft_ms", "{:.2f}"),
-    ("Median TTFT (ms)", "median_ttft_ms", "{:.2f}"),
-    ("P99 TTFT (ms)", "p99_ttft_ms", "{:.2f}"),
-    ("Mean TPOT (ms)", "mean_tpot_ms", "{:.2f}"),
-    ("Median TPOT (ms)", "median_tpot_ms", "{:.2f}"),
-    ("P99 TPOT (ms)", "p99_tpot_ms", "{:.2f}"),
-    ("Mean ITL (ms)", "mean_itl_ms", "{:.2f}"),
-    ("Median ITL (ms)", "median_itl_ms", "{:.2f}"),
-    ("P99 ITL (ms)", "p99_itl_ms", "{:.2f}"),
-]
-LIVE_NEEDS = ("conformance.server", "conformance.assets", "lora_sched.scheduler")
+from bench.table import table
+from spec.config import POLICIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,43 +37,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--live", action="store_true", help="run the policies inside the CPU vLLM server")
     live = parser.add_argument_group("live mode (--live)")
-    live.add_argument("--live-prompts", type=int, default=200, help="requests per policy")
-    live.add_argument("--live-output", type=int, default=32, help="output tokens per request")
-    live.add_argument("--live-input-mean", type=int, default=60, help="mean prompt tokens (seed: 249)")
-    live.add_argument("--live-starvation-steps", type=int, default=16, help="fair's starvation_steps")
+    live.add_argument("--live-prompts", type=int, default=LIVE_PROMPTS, help="requests per policy (--num-prompts)")
+    live.add_argument("--live-output", type=int, default=LIVE_OUTPUT,
+                      help="output tokens per request (--random-output-len, with --ignore-eos)")
+    live.add_argument("--live-input-mean", type=int, default=LIVE_INPUT_MEAN,
+                      help="mean prompt tokens (--random-input-len; the seed: 249)")
+    live.add_argument("--live-starvation-steps", type=int, default=LIVE_STARVATION_STEPS,
+                      help="fair's starvation_steps")
     live.add_argument("--live-policies", default="blocking,vllm,fair")
     live.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for each server")
-
-
-def table(columns: dict[str, dict[str, float]]) -> str:
-    """benchmark_serving's block, one column per run, seed rows included."""
-    names = list(columns)
-    head = f"{'':34}" + "".join(f"{n[:20]:>21}" for n in names)
-    lines = [head, "-" * len(head)]
-    for label, key, fmt in ROWS:
-        cells = "".join(f"{fmt.format(columns[n][key]) if key in columns[n] else '-':>21}" for n in names)
-        lines.append(f"{label:34}{cells}")
-    return "\n".join(lines)
 
 
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x.strip())
 
 
-def live_missing() -> list[str]:
-    return [m for m in LIVE_NEEDS if importlib.util.find_spec(m) is None]
-
-
 def main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.live:
-        missing = live_missing()
-        if missing:
-            print("live mode needs the conformance harness's server and scheduler classes; "
-                  f"missing: {', '.join(missing)} (issue #4). Nothing was run.")
-            return 2
-        from bench.live import main_live  # pragma: no cover - needs the live harness
+        from bench.live import main_live
+
         return main_live(args)
     t_start = time.perf_counter()
     report: dict = {"cost_model": DEFAULT.to_dict(), "seed": SEED_ROWS}
@@ -122,6 +89,16 @@ def main(args: argparse.Namespace) -> int:
     print(table(cols))
     print(f"\nthroughput vllm/blocking: simulated {r_vb:.2f}x, seed {SEED_RATIO:.2f}x (16.75 / 2.49)")
     print(f"throughput fair/vllm: simulated {r_fv:.3f} (starvation_steps {cfg.starvation_steps})")
+    # vLLM's GPU default: async scheduling (fair's cap then also counts the
+    # sure-to-finish requests vLLM leaves unscheduled).
+    acfg = seed_config(async_scheduling=True)
+    aruns = {p: simulate_policy(acfg, reqs, p, model) for p in ("vllm", "fair")}
+    r_fv_async = ratio(aruns, "fair", "vllm")
+    report["simulated_async"] = {"runs": {p: r.summary() for p, r in aruns.items()},
+                                 "ratio_fair_over_vllm": r_fv_async}
+    print(f"throughput fair/vllm with async scheduling: simulated {r_fv_async:.3f} "
+          f"(vllm {aruns['vllm'].block['request_throughput']:.2f} req/s, "
+          f"fair {aruns['fair'].block['request_throughput']:.2f} req/s)")
     print("\nwait before first admission per adapter (steps mean/max | seconds mean/max):")
     for p, r in runs.items():
         cells = "  ".join(f"a{a}: {v['mean_wait_steps']:.0f}/{v['max_wait_steps']} | "

@@ -1,4 +1,6 @@
-"""Plots of the benchmark (matplotlib, Agg: no display on the benchmark machines)."""
+"""Plots of the benchmark (matplotlib, Agg: no display on the benchmark machines).
+
+Every plot draws a policy in its colour from `COLORS`, the one colour map."""
 
 from __future__ import annotations
 
@@ -12,12 +14,20 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from bench.simulate import PolicyRun  # noqa: E402
 
+COLORS = {"blocking": "tab:red", "vllm": "tab:blue", "fair": "tab:green"}
+
+
+def color(policy: str) -> str:
+    """The colour of `policy` in every plot."""
+    return COLORS[policy]
+
 
 def wait_distribution(runs: dict[str, PolicyRun], path: Path) -> Path:
     """Per policy: histogram of waits; per adapter: mean and max wait (steps)."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for name, r in runs.items():
-        axes[0].hist(list(r.waits.values()), bins=40, histtype="step", label=name, linewidth=1.5)
+        axes[0].hist(list(r.waits.values()), bins=40, histtype="step", label=name, linewidth=1.5,
+                     color=color(name))
     axes[0].set_xlabel("wait before first admission (steps)")
     axes[0].set_ylabel("requests")
     axes[0].set_yscale("log")
@@ -27,8 +37,9 @@ def wait_distribution(runs: dict[str, PolicyRun], path: Path) -> Path:
     for i, (name, r) in enumerate(runs.items()):
         adapters = sorted(r.adapters)
         xs = [a + (i - (len(runs) - 1) / 2) * width for a in adapters]
-        axes[1].bar(xs, [r.adapters[a]["max_wait_steps"] for a in adapters], width, alpha=0.35)
-        axes[1].bar(xs, [r.adapters[a]["mean_wait_steps"] for a in adapters], width, label=name)
+        axes[1].bar(xs, [r.adapters[a]["max_wait_steps"] for a in adapters], width, alpha=0.35, color=color(name))
+        axes[1].bar(xs, [r.adapters[a]["mean_wait_steps"] for a in adapters], width, label=name,
+                    color=color(name))
     axes[1].set_xlabel("adapter")
     axes[1].set_ylabel("wait (steps): mean solid, max faint")
     axes[1].set_yscale("log")
@@ -44,7 +55,7 @@ def starvation(rows: list[dict], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     xs = [r["length"] for r in rows]
     for policy, style in (("vllm", "o-"), ("fair", "s-"), ("blocking", "^-")):
-        ax.plot(xs, [r[policy] for r in rows], style, label=policy)
+        ax.plot(xs, [r[policy] for r in rows], style, label=policy, color=color(policy))
     ax.plot(xs, [r["bound"] for r in rows], "k--", label="fair bound B")
     ax.set_xlabel("stream length (steps of arrivals for adapters 1 and 2)")
     ax.set_ylabel("wait of the adapter-3 request (steps)")
@@ -87,14 +98,13 @@ def tuning(sweep: dict, path: Path) -> Path:
 
 
 def live(runs: dict[str, dict], path: Path) -> Path:
-    """Live runs: TTFT distribution per policy; wait per adapter from the traces."""
-    from bench.live import ttft_quantiles
-
+    """Live runs: TTFT distribution per policy (vLLM's client); wait per adapter from the traces."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for name, v in ttft_quantiles(runs).items():
-        if len(v):
-            axes[0].plot(v, [(i + 1) / len(v) for i in range(len(v))], label=name)
-    axes[0].set_xlabel("TTFT (s), client-side")
+    for name, r in runs.items():
+        v = sorted(r["ttfts"])
+        if v:
+            axes[0].plot(v, [(i + 1) / len(v) for i in range(len(v))], label=name, color=color(name))
+    axes[0].set_xlabel("TTFT (s), vLLM's benchmark client")
     axes[0].set_ylabel("fraction of requests")
     axes[0].set_title("live: TTFT distribution per policy")
     axes[0].legend()
@@ -103,8 +113,9 @@ def live(runs: dict[str, dict], path: Path) -> Path:
         ad = r["trace"]["adapters"]
         adapters = sorted(ad)
         xs = [int(a) + (i - (len(runs) - 1) / 2) * width for a in adapters]
-        axes[1].bar(xs, [ad[a]["max_wait_steps"] for a in adapters], width, alpha=0.35)
-        axes[1].bar(xs, [max(ad[a]["mean_wait_steps"], 0.5) for a in adapters], width, label=name)
+        axes[1].bar(xs, [ad[a]["max_wait_steps"] for a in adapters], width, alpha=0.35, color=color(name))
+        axes[1].bar(xs, [max(ad[a]["mean_wait_steps"], 0.5) for a in adapters], width, label=name,
+                    color=color(name))
     axes[1].set_xlabel("adapter")
     axes[1].set_ylabel("wait (engine steps): mean solid, max faint")
     axes[1].set_yscale("log")

@@ -18,7 +18,7 @@ from bench.simulate import progress, seed_config, seed_requests, simulate_policy
 from policy.driver import RunResult, Workload, run
 from policy.fair import workload_bound
 from policy.workloads import starvation_stream
-from spec.config import Config
+from spec.config import POLICIES, Config
 from spec.request import Request
 from spec.state import peak_present
 
@@ -47,7 +47,7 @@ def starvation_sweep(lengths: tuple[int, ...] = STREAM_LENGTHS, *,
         if starvation_steps is not None:
             cfg = replace(cfg, starvation_steps=starvation_steps)
         row: dict = {"length": n}
-        for policy in ("blocking", "vllm", "fair"):
+        for policy in POLICIES:
             res = run(cfg, Workload(list(wl.requests)), policy=policy)
             waits = res.waits()
             row[policy] = waits.get("victim-a3")

@@ -16,11 +16,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from conformance.scenarios import SCENARIOS, VICTIM, Scenario
+from policy.scenarios import SCENARIOS, VICTIM, Scenario
+from spec.config import POLICIES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", choices=["vllm", "blocking", "fair"], default="vllm")
+    p.add_argument("--policy", choices=POLICIES, default="vllm")
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default="seed")
     p.add_argument("--in-process", action="store_true",
                    help="drive vLLM's Scheduler class directly (no model, no server)")

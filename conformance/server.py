@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance.recorder import TRACE_ENV
-from conformance.scenarios import Scenario
+from policy.scenarios import Scenario
 
 SCHEDULER_CLASSES = {
     "vllm": "conformance.recorder.RecordingScheduler",

@@ -53,6 +53,7 @@ from typing import Any
 
 import vllm
 import vllm.v1.core.sched.scheduler as _vsched
+from vllm.logger import init_logger
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import PriorityRequestQueue, RequestQueue, SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
@@ -63,6 +64,7 @@ from policy.fair import FairGuard, Waiting
 from spec.cap import cap_blocks
 from spec.config import Config
 
+_log = init_logger("vllm.lora_sched")  # under "vllm", whose handlers vLLM configures
 SUPPORTED_VLLM = "0.32.x"  # versions whose schedule() shape this module was built and tested against
 CONFIG_KEY = "lora_sched"
 SETTINGS = {"starvation_steps": Config().starvation_steps}
@@ -309,6 +311,8 @@ class FairMixin(HookedMixin):
         super().__init__(*args, **kwargs)
         s: Any = self
         self.starvation_steps = settings_from(s.vllm_config)["starvation_steps"]
+        _log.info("lora_sched: fair on %s, starvation_steps=%d, max_loras=%s", type(self).__name__,
+                  self.starvation_steps, s.lora_config.max_loras if s.lora_config else None)
         self._since: dict[str, int] = {}  # request id -> step it last joined waiting
         self._seq: dict[str, int] = {}  # request id -> arrival order
         self._guard: FairGuard | None = None

@@ -72,7 +72,7 @@ class Observer:
             blocks_after[rid] = max(o.blocks, blocks_for(o.computed + n, cfg.block_size)) if n else o.blocks
         used_before_scan = sum(blocks_after.values())
         for rid in rec.admitted:
-            blocks_after[rid] = blocks_for(reqs[rid].computed + rec.scheduled[rid], cfg.block_size)
+            blocks_after[rid] = blocks_for(reqs[rid].computed + rec.scheduled.get(rid, 0), cfg.block_size)
         running_after = [r for r in rec.running if r not in rec.preempted] + list(rec.admitted)
         view = StepView(
             config=cfg,

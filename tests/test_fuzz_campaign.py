@@ -22,6 +22,8 @@ from fuzz.campaign import Options, run_campaign  # noqa: E402
 from fuzz.runner import run_case  # noqa: E402
 from fuzz.space import FuzzCase  # noqa: E402
 
+pytestmark = pytest.mark.vllm  # and the fuzz extra (ray)
+
 COUNT = 16  # seed 14 runs `vllm` and diverges from the planted reference
 
 

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from fuzz.findings import trace_itf
 from fuzz.runner import run_case
 from fuzz.shrink import shrink
 from fuzz.space import generate
 from spec.trace import read_trace
+
+pytestmark = pytest.mark.vllm
 
 CRASH = "crash:AssertionError@scheduler.py:schedule:vllm"
 SEED = 1029

@@ -56,6 +56,9 @@ class PolicyMachine(RuleBasedStateMachine):
     def setup(self, data):
         self.b = data.draw(bounds(), label="bounds")
         self.cfg = data.draw(configs(self.b, policy=self.policy), label="config")
+        # Half the runs use one priority, so fair's bounded_wait (which holds
+        # among equal priorities) is checked on them.
+        self.priorities = data.draw(st.sampled_from([(0,), (0, 1, 2)]), label="priorities")
         holds = FairHolds(self.cfg) if self.policy == "fair" else None
         self.sched = Scheduler(self.cfg, make_gate(self.policy))
         self.obs = Observer(self.cfg, holds)
@@ -84,7 +87,7 @@ class PolicyMachine(RuleBasedStateMachine):
             prompt_tokens=data.draw(st.integers(1, b.max_prompt), label="prompt"),
             max_tokens=data.draw(st.integers(1, b.max_output), label="max_tokens"),
             arrival=self.t + 1,
-            priority=data.draw(st.integers(0, 2), label="priority"),
+            priority=data.draw(st.sampled_from(self.priorities), label="priority"),
         )
         self.n += 1
         self.reqs[req.id] = req

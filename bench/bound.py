@@ -15,12 +15,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
-from policy.driver import DriverStuck, Workload, run
-from policy.fair import workload_bound
-from policy.workloads import FAMILIES
-from spec.config import Config
-from spec.request import Request
-from spec.state import peak_present
+from lora_sched.policy.driver import DriverStuck, Workload, run
+from lora_sched.policy.fair import workload_bound
+from lora_sched.policy.workloads import FAMILIES
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
+from lora_sched.spec.state import peak_present
 
 VARIANTS = {
     "sync": {},

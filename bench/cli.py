@@ -14,12 +14,12 @@ import json
 import time
 from pathlib import Path
 
-from bench.costmodel import DEFAULT, SEED_BLOCKING, SEED_PR, SEED_RATIO, SEED_ROWS
-from bench.live import LIVE_INPUT_MEAN, LIVE_OUTPUT, LIVE_PROMPTS, LIVE_STARVATION_STEPS
-from bench.simulate import progress, ratio, seed_config, seed_requests, simulate_policy
-from bench.sweeps import STARVATION_STEPS, STREAM_LENGTHS, starvation_sweep, tuning_sweep
-from bench.table import table
-from spec.config import POLICIES
+from lora_sched.bench.costmodel import DEFAULT, SEED_BLOCKING, SEED_PR, SEED_RATIO, SEED_ROWS
+from lora_sched.bench.live import LIVE_INPUT_MEAN, LIVE_OUTPUT, LIVE_PROMPTS, LIVE_STARVATION_STEPS
+from lora_sched.bench.simulate import progress, ratio, seed_config, seed_requests, simulate_policy
+from lora_sched.bench.sweeps import STARVATION_STEPS, STREAM_LENGTHS, starvation_sweep, tuning_sweep
+from lora_sched.bench.table import table
+from lora_sched.spec.config import POLICIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,14 +56,14 @@ def main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.live:
-        from bench.live import main_live
+        from lora_sched.bench.live import main_live
 
         return main_live(args)
     t_start = time.perf_counter()
     report: dict = {"cost_model": DEFAULT.to_dict(), "seed": SEED_ROWS}
     model = DEFAULT
     if args.calibrate:
-        from bench.simulate import calibrate
+        from lora_sched.bench.simulate import calibrate
         progress("calibrating the cost model on the seed's PR row ...")
         model = calibrate()
         report["cost_model"] = model.to_dict()
@@ -136,7 +136,7 @@ def main(args: argparse.Namespace) -> int:
               f"{fire if fire is not None else 'none in the sweep'}")
 
     if args.speed:
-        from bench.refspeed import reference_speed, vllm_speed
+        from lora_sched.bench.refspeed import reference_speed, vllm_speed
         progress("reference speed: importing vLLM and timing its Scheduler ...")
         ref = reference_speed(cfg, reqs)
         vl = vllm_speed(cfg, reqs)
@@ -149,7 +149,7 @@ def main(args: argparse.Namespace) -> int:
               f" ratio {ref.steps_per_s / vl.steps_per_s:.2f}x")
 
     if not args.no_plots:
-        from bench import plots
+        from lora_sched.bench import plots
         progress("plots ...")
         paths = [plots.wait_distribution(runs, out / "waits.png"),
                  plots.starvation(rows, out / "starvation.png")]

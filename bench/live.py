@@ -29,13 +29,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bench.simulate import progress
-from bench.table import ROWS, table
-from policy.driver import Workload
-from policy.fair import FairHolds
-from spec.config import POLICIES, Config
-from spec.properties import StepView
-from spec.request import Request
+from lora_sched.bench.simulate import progress
+from lora_sched.bench.table import ROWS, table
+from lora_sched.policy.driver import Workload
+from lora_sched.policy.fair import FairHolds
+from lora_sched.spec.config import POLICIES, Config
+from lora_sched.spec.properties import StepView
+from lora_sched.spec.request import Request
 
 LIVE_PROMPTS = 200
 LIVE_OUTPUT = 32
@@ -59,9 +59,9 @@ def adapter_waits(requests: dict[str, Request], first_admitted: dict[str, int]) 
 
 def trace_summary(path: Path) -> dict:
     """Steps, per-adapter waits and, for `fair`, the guard's activity, from a recorded trace."""
-    from spec.check import observe_trace
-    from spec.observe import Observer
-    from spec.trace import read_trace
+    from lora_sched.spec.check import observe_trace
+    from lora_sched.spec.observe import Observer
+    from lora_sched.spec.trace import read_trace
 
     trace = read_trace(path, allow_truncated_tail=True)
     steps = trace.steps()
@@ -110,7 +110,7 @@ def live_config(starvation_steps: int = LIVE_STARVATION_STEPS) -> Config:
 def client_command(port: int, tokenizer: str, lora_names: list[str], *, prompts: int, input_len: int,
                    output_len: int, result_dir: Path, result_file: str) -> list[str]:
     """`vllm bench serve`'s command line for one server (run as `bench.vllm_client`)."""
-    return [sys.executable, "-m", "bench.vllm_client",
+    return [sys.executable, "-m", "lora_sched.bench.vllm_client",
             "--backend", "vllm", "--base-url", f"http://127.0.0.1:{port}", "--endpoint", "/v1/completions",
             "--model", "base", "--tokenizer", tokenizer,
             "--dataset-name", "random", "--num-prompts", str(prompts),
@@ -143,9 +143,9 @@ def printed_block(stdout: str) -> str:
 
 def run_policy(policy: str, cfg: Config, args, model: str, modules: list[str], out: Path) -> dict:  # noqa: ANN001
     """One server with `policy`'s scheduler class: start, drive with vLLM's client, stop, summarize."""
-    from conformance.cli import check
-    from conformance.server import LiveServer, log_tail
-    from policy.scenarios import Scenario
+    from lora_sched.conformance.cli import check
+    from lora_sched.conformance.server import LiveServer, log_tail
+    from lora_sched.policy.scenarios import Scenario
 
     scenario = Scenario(f"bench-{policy}", replace(cfg, policy=policy), Workload([]),
                         "the seed's benchmark on the tiny model, vLLM's client, rate inf")
@@ -184,8 +184,8 @@ def run_policy(policy: str, cfg: Config, args, model: str, modules: list[str], o
 
 
 def main_live(args) -> int:  # noqa: ANN001 - argparse.Namespace
-    from bench.costmodel import SEED_BLOCKING, SEED_PR
-    from conformance.assets import ensure_assets
+    from lora_sched.bench.costmodel import SEED_BLOCKING, SEED_PR
+    from lora_sched.conformance.assets import ensure_assets
 
     t_start = time.monotonic()
     out = Path(args.out) / "live"
@@ -237,7 +237,7 @@ def main_live(args) -> int:  # noqa: ANN001 - argparse.Namespace
               "input_len": args.live_input_mean, "runs": runs, "ratio_vllm_over_blocking": r_vb,
               "ratio_fair_over_vllm": r_fv, "total_s": total}
     if not args.no_plots:
-        from bench import plots
+        from lora_sched.bench import plots
 
         paths = [plots.live(runs, out / "live.png")]
         plots.publish(paths, args.docs_img)

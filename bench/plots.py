@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from bench.simulate import PolicyRun  # noqa: E402
+from lora_sched.bench.simulate import PolicyRun  # noqa: E402
 
 COLORS = {"blocking": "tab:red", "vllm": "tab:blue", "fair": "tab:green"}
 

@@ -24,11 +24,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from policy.driver import Workload
-from policy.replay import ReplayResult, replay
-from spec.config import Config, throttled
-from spec.request import Request
-from spec.trace import read_trace
+from lora_sched.policy.driver import Workload
+from lora_sched.policy.replay import ReplayResult, replay
+from lora_sched.spec.config import Config, throttled
+from lora_sched.spec.request import Request
+from lora_sched.spec.trace import read_trace
 
 TOKEN = 7  # any id but EOS (2) of the tiny model
 MAX_MODEL_LEN = 2048
@@ -36,7 +36,7 @@ MAX_MODEL_LEN = 2048
 
 def _scheduler_classes(policy: str) -> tuple[type, type]:
     if policy == "vllm":
-        from conformance.recorder import AsyncRecordingScheduler, RecordingScheduler
+        from lora_sched.conformance.recorder import AsyncRecordingScheduler, RecordingScheduler
         return RecordingScheduler, AsyncRecordingScheduler
     from lora_sched.scheduler import CLASSES
     return CLASSES[policy]
@@ -60,7 +60,7 @@ def make_scheduler(cfg: Config, policy: str | None = None, *, model: str | None 
 
     policy = policy or cfg.policy
     if model is None:
-        from conformance.assets import ensure_assets
+        from lora_sched.conformance.assets import ensure_assets
         model = str(ensure_assets(0).model)
     max_len = MAX_MODEL_LEN
     if not cfg.chunked_prefill:

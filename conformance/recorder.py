@@ -31,10 +31,10 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import RequestStatus
 
-from spec.config import Config
-from spec.request import Request as SpecRequest
-from spec.state import StepRecord
-from spec.trace import TraceWriter
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request as SpecRequest
+from lora_sched.spec.state import StepRecord
+from lora_sched.spec.trace import TraceWriter
 
 TRACE_ENV = "LORA_SCHED_TRACE"
 SOURCE = "vllm 0.32.0"

@@ -13,7 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from fuzz.campaign import CampaignError, Options, run_campaign
+from lora_sched.fuzz.campaign import CampaignError, Options, run_campaign
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

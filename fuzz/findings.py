@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fuzz.space import FuzzCase
-from spec.check import observe_trace
-from spec.observe import Observer
-from spec.trace import Step, Trace, read_trace
+from lora_sched.fuzz.space import FuzzCase
+from lora_sched.spec.check import observe_trace
+from lora_sched.spec.observe import Observer
+from lora_sched.spec.trace import Step, Trace, read_trace
 
 
 def slug(signature: str) -> str:
@@ -89,7 +89,7 @@ def trace_itf(trace: Trace, signature: str) -> dict[str, Any]:
     """The trace's steps as an ITF trace (the variables of `proofs.cex.Cex`, plus
     `preempted`): `waiting`/`running` as recorded at the step's start, the other
     variables after it (finished and aborted accumulated)."""
-    from proofs.cex import Cex
+    from lora_sched.proofs.cex import Cex
 
     obs = Observer(trace.config)
     steps = [e for e in trace.events if isinstance(e, Step)]
@@ -128,8 +128,8 @@ and asserts that the failure reproduces:
 {message}
 """
 
-from fuzz.runner import run_case
-from fuzz.space import FuzzCase
+from lora_sched.fuzz.runner import run_case
+from lora_sched.fuzz.space import FuzzCase
 
 SIGNATURE = {signature!r}
 CASE = {case}

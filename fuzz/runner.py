@@ -21,11 +21,11 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.inprocess import Stuck, run_workload
-from fuzz.space import THROTTLE, THROTTLE_FIELD, FuzzCase
-from policy import claims
-from spec.check import check_trace
-from spec.trace import TraceError, read_trace
+from lora_sched.conformance.inprocess import Stuck, run_workload
+from lora_sched.fuzz.space import THROTTLE, THROTTLE_FIELD, FuzzCase
+from lora_sched.policy import claims
+from lora_sched.spec.check import check_trace
+from lora_sched.spec.trace import TraceError, read_trace
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def run_case(case: FuzzCase, trace_path: str | os.PathLike[str] | None = None) -
 
 
 def _replay(trace, reference: str):
-    from policy.replay import replay
+    from lora_sched.policy.replay import replay
 
     return replay(trace, reference)
 

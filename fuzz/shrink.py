@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from fuzz.space import THROTTLE, THROTTLE_FIELD, FuzzCase, try_case, valid
-from spec.request import Request
+from lora_sched.fuzz.space import THROTTLE, THROTTLE_FIELD, FuzzCase, try_case, valid
+from lora_sched.spec.request import Request
 
 T = TypeVar("T")
 

@@ -23,9 +23,9 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from proofs import encoding as enc
-from proofs.checks import Check, default_checks, run_check
-from proofs.manifest import load
+from lora_sched.proofs import encoding as enc
+from lora_sched.proofs.checks import Check, default_checks, run_check
+from lora_sched.proofs.manifest import load
 
 BMC_DEPTH = 4
 

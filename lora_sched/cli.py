@@ -13,13 +13,13 @@ import importlib
 import sys
 
 COMMANDS = {
-    "simulate": ("policy.simulate", "run a workload through a reference policy and write a trace"),
-    "check": ("spec.check", "validate every property on a trace; with --policy, replay it"),
-    "prove": ("proofs.cli", "Z3: bounded model checking, k-induction, worst-case wait"),
-    "conform": ("conformance.cli", "run vLLM (live or in-process) and check it against the reference"),
-    "bench": ("bench.cli", "benchmark the three policies (simulated, or --live on vLLM)"),
-    "fuzz": ("fuzz.cli", "a fuzz campaign of vLLM's scheduler against the spec, on Ray"),
-    "view": ("view.cli", "draw a trace or counterexample as a timeline (HTML or PNG)"),
+    "simulate": ("lora_sched.policy.simulate", "run a workload through a reference policy and write a trace"),
+    "check": ("lora_sched.spec.check", "validate every property on a trace; with --policy, replay it"),
+    "prove": ("lora_sched.proofs.cli", "Z3: bounded model checking, k-induction, worst-case wait"),
+    "conform": ("lora_sched.conformance.cli", "run vLLM (live or in-process) and check it against the reference"),
+    "bench": ("lora_sched.bench.cli", "benchmark the three policies (simulated, or --live on vLLM)"),
+    "fuzz": ("lora_sched.fuzz.cli", "a fuzz campaign of vLLM's scheduler against the spec, on Ray"),
+    "view": ("lora_sched.view.cli", "draw a trace or counterexample as a timeline (HTML or PNG)"),
 }
 
 

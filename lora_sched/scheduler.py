@@ -59,10 +59,10 @@ from vllm.v1.core.sched.request_queue import PriorityRequestQueue, RequestQueue,
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
-from conformance.recorder import RecorderMixin
-from policy.fair import FairGuard, Waiting
-from spec.cap import cap_blocks
-from spec.config import Config
+from lora_sched.conformance.recorder import RecorderMixin
+from lora_sched.policy.fair import FairGuard, Waiting
+from lora_sched.spec.cap import cap_blocks
+from lora_sched.spec.config import Config
 
 _log = init_logger("vllm.lora_sched")  # under "vllm", whose handlers vLLM configures
 SUPPORTED_VLLM = "0.32.x"  # versions whose schedule() shape this module was built and tested against

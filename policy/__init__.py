@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from policy.blocking import BlockingGate
-from policy.fair import FairGate
-from policy.gate import Gate
-from policy.vllm import VllmGate
-from spec.config import POLICIES, Config
+from lora_sched.policy.blocking import BlockingGate
+from lora_sched.policy.fair import FairGate
+from lora_sched.policy.gate import Gate
+from lora_sched.policy.vllm import VllmGate
+from lora_sched.spec.config import POLICIES, Config
 
 GATES = {"blocking": BlockingGate, "vllm": VllmGate, "fair": FairGate}
 assert tuple(GATES) == POLICIES, "spec.config.POLICIES lists the policies, in this order"

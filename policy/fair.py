@@ -90,11 +90,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from policy.gate import Decision, ScanContext, running_loras
-from spec.cap import cap_blocks
-from spec.config import Config
-from spec.properties import StepView
-from spec.request import Request
+from lora_sched.policy.gate import Decision, ScanContext, running_loras
+from lora_sched.spec.cap import cap_blocks
+from lora_sched.spec.config import Config
+from lora_sched.spec.properties import StepView
+from lora_sched.spec.request import Request
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from policy import make_gate
-from policy.core import ScheduleError, Scheduler
-from spec.state import StepRecord
-from spec.trace import Abort, Arrive, Step, Trace
+from lora_sched.policy import make_gate
+from lora_sched.policy.core import ScheduleError, Scheduler
+from lora_sched.spec.state import StepRecord
+from lora_sched.spec.trace import Abort, Arrive, Step, Trace
 
 FIELDS = ("waiting", "running", "scheduled", "admitted", "preempted", "finished")
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from policy.driver import Workload
-from policy.workloads import seed_example, starvation_stream
-from spec.config import Config
-from spec.request import Request
+from lora_sched.policy.driver import Workload
+from lora_sched.policy.workloads import seed_example, starvation_stream
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
 
 # vLLM's CPU attention backend needs block sizes that are multiples of 32.
 BS = 32

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from policy.driver import DriverStuck, run
-from policy.scenarios import SCENARIOS
-from spec.config import POLICIES
+from lora_sched.policy.driver import DriverStuck, run
+from lora_sched.policy.scenarios import SCENARIOS
+from lora_sched.spec.config import POLICIES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

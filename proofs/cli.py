@@ -24,12 +24,12 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from proofs import encoding as enc
-from proofs import engine
-from proofs.cex import emit_test, write_itf
-from proofs.checks import Check, default_checks, run_check
-from proofs.manifest import MANIFEST, drift, load
-from spec.check import json_envelope
+from lora_sched.proofs import encoding as enc
+from lora_sched.proofs import engine
+from lora_sched.proofs.cex import emit_test, write_itf
+from lora_sched.proofs.checks import Check, default_checks, run_check
+from lora_sched.proofs.manifest import MANIFEST, drift, load
+from lora_sched.spec.check import json_envelope
 
 VERDICT_WORDS = {"cex": "violated"}  # engine verdict -> the word `check --json` uses too
 
@@ -98,11 +98,11 @@ def result_json(c: Check, r: engine.Result, itf: str | None, drifted: str | None
 
 def main(args: argparse.Namespace) -> int:
     if args.sweep:
-        from fuzz.sweep import main as sweep
+        from lora_sched.fuzz.sweep import main as sweep
 
         return sweep(args)
     if getattr(args, "unbounded", False):
-        from proofs import unbounded
+        from lora_sched.proofs import unbounded
         return unbounded.cli_main(args)
     checks = select(args)
     say = (lambda *a, **k: print(*a, **k, file=sys.stderr)) if args.json else print

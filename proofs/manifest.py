@@ -13,9 +13,9 @@ import json
 import os
 from typing import Any
 
-from proofs import encoding as enc
-from proofs import engine
-from proofs.checks import Check
+from lora_sched.proofs import encoding as enc
+from lora_sched.proofs import engine
+from lora_sched.proofs.checks import Check
 
 MANIFEST = os.path.join(os.path.dirname(__file__), "manifest.json")
 

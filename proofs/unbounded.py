@@ -805,10 +805,10 @@ def replay_trace(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[Step]
     import os
     import tempfile
 
-    from policy.driver import Workload, run
-    from spec.check import check_trace
-    from spec.config import Config
-    from spec.request import Request
+    from lora_sched.policy.driver import Workload, run
+    from lora_sched.spec.check import check_trace
+    from lora_sched.spec.config import Config
+    from lora_sched.spec.request import Request
 
     prop = tc.replay
     assert prop is not None
@@ -1049,10 +1049,10 @@ def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int =
     a wrong model is caught). A failure means the model excludes a real behaviour (the
     over-approximation would be unsound) or the invariant is false on a
     reachable state."""
-    from policy import make_gate
-    from policy.core import Scheduler
-    from spec.config import Config
-    from spec.request import Request
+    from lora_sched.policy import make_gate
+    from lora_sched.policy.core import Scheduler
+    from lora_sched.spec.config import Config
+    from lora_sched.spec.request import Request
 
     rng = random.Random(seed)
     ids = [f"r{i}" for i in range(requests)]

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import z3
 
-from proofs import encoding as enc
+from lora_sched.proofs import encoding as enc
 
 
 @dataclass

@@ -18,14 +18,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from spec.config import POLICIES
-from spec.observe import Observer
-from spec.properties import ALL_PROPERTIES, Violation
-from spec.state import peak_present
-from spec.trace import Abort, Arrive, Step, Trace, TraceError, read_trace
+from lora_sched.spec.config import POLICIES
+from lora_sched.spec.observe import Observer
+from lora_sched.spec.properties import ALL_PROPERTIES, Violation
+from lora_sched.spec.state import peak_present
+from lora_sched.spec.trace import Abort, Arrive, Step, Trace, TraceError, read_trace
 
 if TYPE_CHECKING:
-    from policy.replay import ReplayResult
+    from lora_sched.policy.replay import ReplayResult
 
 
 @dataclass
@@ -46,7 +46,7 @@ class CheckReport:
 
 def bound_for(trace: Trace) -> tuple[int | None, str]:
     """B of `policy.fair` for this trace's config and requests, or why none applies."""
-    from policy.fair import bound_applies, workload_bound
+    from lora_sched.policy.fair import bound_applies, workload_bound
 
     cfg = trace.config
     reqs = list(trace.requests().values())
@@ -85,7 +85,7 @@ def check_trace(trace: Trace | str, policy: str | None = None) -> CheckReport:
         trace = read_trace(trace, allow_truncated_tail=True)
     holds = None
     if trace.config.policy == "fair":
-        from policy.fair import FairHolds
+        from lora_sched.policy.fair import FairHolds
 
         holds = FairHolds(trace.config)
     obs = Observer(trace.config, holds)
@@ -103,7 +103,7 @@ def check_trace(trace: Trace | str, policy: str | None = None) -> CheckReport:
     report.waits = obs.waits()
     report.last_step = obs.last_step
     if policy is not None:
-        from policy.replay import replay
+        from lora_sched.policy.replay import replay
 
         report.replay = replay(trace, policy)
     return report

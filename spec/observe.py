@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from spec.config import Config
-from spec.properties import (
+from lora_sched.spec.config import Config
+from lora_sched.spec.properties import (
     STEP_PROPERTIES,
     PolicyHolds,
     StepView,
     Violation,
     bounded_wait,
 )
-from spec.request import Request
-from spec.state import StepRecord, blocks_for
+from lora_sched.spec.request import Request
+from lora_sched.spec.state import StepRecord, blocks_for
 
 
 @dataclass

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from spec.cap import cap_blocks
-from spec.config import Config
-from spec.state import StepRecord, blocks_for
+from lora_sched.spec.cap import cap_blocks
+from lora_sched.spec.config import Config
+from lora_sched.spec.state import StepRecord, blocks_for
 
 
 @dataclass(frozen=True)

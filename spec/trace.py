@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from spec.config import Config, ConfigError
-from spec.request import Request, RequestError
-from spec.state import StepRecord
+from lora_sched.spec.config import Config, ConfigError
+from lora_sched.spec.request import Request, RequestError
+from lora_sched.spec.state import StepRecord
 
 FORMAT = "lora-sched-trace"
 VERSION = 1

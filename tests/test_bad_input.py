@@ -23,10 +23,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from verdicts import verdicts
 
-from spec.check import check_trace
-from spec.config import Config, ConfigError
-from spec.request import Request, RequestError
-from spec.trace import TraceError, read_trace
+from lora_sched.spec.check import check_trace
+from lora_sched.spec.config import Config, ConfigError
+from lora_sched.spec.request import Request, RequestError
+from lora_sched.spec.trace import TraceError, read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from bench.costmodel import DEFAULT, CostModel
-from bench.simulate import FastBlock, result_block, seed_config, seed_requests, simulate_policy
-from bench.sweeps import starvation_sweep
+from lora_sched.bench.costmodel import DEFAULT, CostModel
+from lora_sched.bench.simulate import FastBlock, result_block, seed_config, seed_requests, simulate_policy
+from lora_sched.bench.sweeps import starvation_sweep
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_fast_block_equals_result_block(small_runs) -> None:
     reqs, runs = small_runs
     prompts = {r.id: r.prompt_tokens for r in reqs}
     model = CostModel(0.01, 2e-4, 3e-5, 1e-3)
-    from bench.simulate import apply_model
+    from lora_sched.bench.simulate import apply_model
     tl = apply_model(runs["vllm"].timeline, model)
     fast, slow = FastBlock(tl, prompts)(model), result_block(tl, prompts)
     for key, value in slow.items():
@@ -71,8 +71,8 @@ def test_starvation_sweep_vllm_grows_and_fair_stays_bounded() -> None:
 
 
 def test_live_adapter_waits() -> None:
-    from bench.live import adapter_waits
-    from spec.request import Request
+    from lora_sched.bench.live import adapter_waits
+    from lora_sched.spec.request import Request
 
     reqs = {"x": Request("x", 1, 8, 4, 1), "y": Request("y", 1, 8, 4, 3), "z": Request("z", 2, 8, 4, 2)}
     waits = adapter_waits(reqs, {"x": 1, "y": 9, "z": 5})
@@ -83,8 +83,8 @@ def test_live_adapter_waits() -> None:
 def test_live_table_reads_vllm_result_keys() -> None:
     """The live columns are vLLM's `--save-result` keys (`duration` renamed to the table's
     `duration_s`); what the table has no row for is dropped."""
-    from bench.live import result_block
-    from bench.table import ROWS, table
+    from lora_sched.bench.live import result_block
+    from lora_sched.bench.table import ROWS, table
 
     result = {"duration": 12.5, "completed": 200, "failed": 0, "total_input_tokens": 12000,
               "total_output_tokens": 6400, "request_throughput": 16.0, "output_throughput": 512.0,
@@ -99,7 +99,7 @@ def test_live_table_reads_vllm_result_keys() -> None:
 
 
 def test_live_printed_block_is_cut_from_the_client_output() -> None:
-    from bench.live import printed_block
+    from lora_sched.bench.live import printed_block
 
     out = ("Namespace(...)\nStarting main benchmark run...\n"
            "============ Serving Benchmark Result ============\n"
@@ -119,11 +119,11 @@ def test_live_client_command_parses_with_vllms_own_parser(tmp_path) -> None:
     from vllm.benchmarks.serve import add_cli_args
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    from bench.live import client_command
+    from lora_sched.bench.live import client_command
 
     cmd = client_command(8123, "/m", ["lora1", "lora2"], prompts=10, input_len=60, output_len=32,
                          result_dir=tmp_path, result_file="r.json")
-    assert cmd[1:3] == ["-m", "bench.vllm_client"]
+    assert cmd[1:3] == ["-m", "lora_sched.bench.vllm_client"]
     parser = FlexibleArgumentParser()
     add_cli_args(parser)
     a = parser.parse_args(cmd[3:])
@@ -134,9 +134,9 @@ def test_live_client_command_parses_with_vllms_own_parser(tmp_path) -> None:
 
 
 def test_live_trace_summary_counts_the_fair_guard(tmp_path) -> None:
-    from bench.live import trace_summary
-    from policy.driver import run
-    from policy.workloads import starvation_stream
+    from lora_sched.bench.live import trace_summary
+    from lora_sched.policy.driver import run
+    from lora_sched.policy.workloads import starvation_stream
 
     cfg, wl = starvation_stream(40)
     path = tmp_path / "fair.jsonl"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from verdicts import verdicts as parse_verdicts
 
-from spec.properties import ALL_PROPERTIES
+from lora_sched.spec.properties import ALL_PROPERTIES
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,9 +14,9 @@ from dataclasses import replace
 
 import pytest
 
-from policy import claims
-from policy.scenarios import SCENARIOS
-from spec.check import check_trace
+from lora_sched.policy import claims
+from lora_sched.policy.scenarios import SCENARIOS
+from lora_sched.spec.check import check_trace
 
 pytestmark = pytest.mark.vllm
 
@@ -24,13 +24,13 @@ N_RANDOM = 1000
 
 
 def conform(*args, **kw):
-    from conformance.inprocess import conform
+    from lora_sched.conformance.inprocess import conform
 
     return conform(*args, **kw)
 
 
 def random_case(rnd: random.Random):
-    from conformance.inprocess import random_case
+    from lora_sched.conformance.inprocess import random_case
 
     return random_case(rnd)
 
@@ -78,7 +78,7 @@ def test_scenarios(tmp_path, name, policy, async_scheduling):
 
 def test_starvation_fair_beats_vllm(tmp_path):
     """The starvation stream: adapter 3 waits for the stream under vllm, not under fair."""
-    from spec.trace import read_trace
+    from lora_sched.spec.trace import read_trace
 
     sc = SCENARIOS["starvation"]
     waits = {}

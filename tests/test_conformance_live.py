@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import cli
+from lora_sched.conformance import cli
 
 pytestmark = [pytest.mark.vllm, pytest.mark.live]
 
@@ -81,8 +81,8 @@ def test_readme_deploy_command(tmp_path):
     fair loaded and its setting applied."""
     from openai import OpenAI
 
-    from conformance.assets import ensure_assets
-    from conformance.server import free_port, log_tail
+    from lora_sched.conformance.assets import ensure_assets
+    from lora_sched.conformance.server import free_port, log_tail
 
     assets = ensure_assets(3)
     port = free_port()

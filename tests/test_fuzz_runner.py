@@ -11,11 +11,11 @@ from dataclasses import replace
 
 import pytest
 
-from fuzz.findings import trace_itf
-from fuzz.runner import run_case
-from fuzz.shrink import shrink
-from fuzz.space import generate
-from spec.trace import read_trace
+from lora_sched.fuzz.findings import trace_itf
+from lora_sched.fuzz.runner import run_case
+from lora_sched.fuzz.shrink import shrink
+from lora_sched.fuzz.space import generate
+from lora_sched.spec.trace import read_trace
 
 pytestmark = pytest.mark.vllm
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from fuzz.campaign import merge, uncovered
-from fuzz.findings import Findings
-from fuzz.shrink import ddmin, shrink
-from fuzz.space import FuzzCase, generate, valid
+from lora_sched.fuzz.campaign import merge, uncovered
+from lora_sched.fuzz.findings import Findings
+from lora_sched.fuzz.shrink import ddmin, shrink
+from lora_sched.fuzz.space import FuzzCase, generate, valid
 
 
 def test_ddmin_finds_the_two_culprits() -> None:

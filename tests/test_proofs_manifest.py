@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from verdicts import verdicts
 
-from proofs.checks import Check, run_check
-from proofs.manifest import MANIFEST, drift, load
+from lora_sched.proofs.checks import Check, run_check
+from lora_sched.proofs.manifest import MANIFEST, drift, load
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = load()

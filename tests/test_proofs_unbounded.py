@@ -14,7 +14,7 @@ import json
 import pytest
 
 from lora_sched.cli import main as cli_main
-from proofs import unbounded as u
+from lora_sched.proofs import unbounded as u
 
 
 def violates(cti: dict, prop: str) -> bool:

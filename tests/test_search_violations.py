@@ -24,13 +24,13 @@ from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis import strategies as st
 from strategies import scenarios
 
-from policy.driver import Workload, run
-from policy.fair import workload_bound
-from spec.check import check_trace, observe_trace
-from spec.config import Config
-from spec.observe import Observer
-from spec.request import Request
-from spec.trace import read_trace
+from lora_sched.policy.driver import Workload, run
+from lora_sched.policy.fair import workload_bound
+from lora_sched.spec.check import check_trace, observe_trace
+from lora_sched.spec.config import Config
+from lora_sched.spec.observe import Observer
+from lora_sched.spec.request import Request
+from lora_sched.spec.trace import read_trace
 
 STARVE_BOUND = 50  # steps; any fixed bound works, the search scales the stream
 # Generation only: the first counterexample found is asserted on as is;

@@ -32,16 +32,16 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from strategies import bounds, configs, scenarios
 
-from policy import claims, make_gate
-from policy.core import Scheduler
-from policy.driver import Workload, run
-from policy.fair import FairHolds, bound_applies, fair_bound, workload_bound
-from policy.replay import replay
-from spec.check import check_trace
-from spec.config import Config, throttled
-from spec.observe import Observer
-from spec.request import Request
-from spec.trace import read_trace
+from lora_sched.policy import claims, make_gate
+from lora_sched.policy.core import Scheduler
+from lora_sched.policy.driver import Workload, run
+from lora_sched.policy.fair import FairHolds, bound_applies, fair_bound, workload_bound
+from lora_sched.policy.replay import replay
+from lora_sched.spec.check import check_trace
+from lora_sched.spec.config import Config, throttled
+from lora_sched.spec.observe import Observer
+from lora_sched.spec.request import Request
+from lora_sched.spec.trace import read_trace
 
 MAX_REQUESTS = 16
 DRAIN_LIMIT = 2000  # steps; a completable run needs far fewer

@@ -25,10 +25,10 @@ from hypothesis import given
 from jsonschema import Draft202012Validator
 from test_bad_input import BAD_TRACES, GOOD, VIOLATIONS, arbitrary_traces, write
 
-from policy.driver import run
-from policy.scenarios import SCENARIOS
-from spec.config import POLICIES, QUEUES, Config
-from spec.trace import TraceError, read_trace
+from lora_sched.policy.driver import run
+from lora_sched.policy.scenarios import SCENARIOS
+from lora_sched.spec.config import POLICIES, QUEUES, Config
+from lora_sched.spec.trace import TraceError, read_trace
 
 SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "docs" / "trace.schema.json").read_text())
 VALIDATOR = Draft202012Validator(SCHEMA)
@@ -155,6 +155,6 @@ def test_verdicts_schema_names_every_property():
     """docs/verdicts.schema.json (the `--json` output) lists exactly the properties `check` reports."""
     from verdicts import SCHEMA as VERDICTS
 
-    from spec.properties import ALL_PROPERTIES
+    from lora_sched.spec.properties import ALL_PROPERTIES
 
     assert VERDICTS["$defs"]["propertyResult"]["properties"]["property"]["enum"] == ALL_PROPERTIES

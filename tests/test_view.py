@@ -24,14 +24,14 @@ import numpy as np
 import pytest
 
 from lora_sched.palette import adapter_color
-from policy.driver import Workload, run
-from policy.scenarios import SCENARIOS
-from spec.check import check_trace
-from spec.config import Config
-from spec.request import Request
-from spec.trace import read_trace
-from view import html, png
-from view.layout import Layout, kind_color, layout_file
+from lora_sched.policy.driver import Workload, run
+from lora_sched.policy.scenarios import SCENARIOS
+from lora_sched.spec.check import check_trace
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
+from lora_sched.spec.trace import read_trace
+from lora_sched.view import html, png
+from lora_sched.view.layout import Layout, kind_color, layout_file
 
 ROOT = Path(__file__).resolve().parent.parent
 CEX = ROOT / "tests" / "cex"
@@ -209,7 +209,7 @@ def test_png_structure_and_pixels(tmp_path):
 
 
 def test_png_file_of_the_500_request_seed(tmp_path):
-    from view.benchmark import seed_trace
+    from lora_sched.view.benchmark import seed_trace
 
     trace = seed_trace(str(tmp_path / "seed.jsonl"), n=500)
     layout = layout_file(trace)

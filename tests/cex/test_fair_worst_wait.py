@@ -8,10 +8,10 @@ replayed trace must find it within fair's B for the trace's own config,
 requests and peak Q (`spec.check.bound_for`).
 """
 
-from policy.driver import run
-from proofs.cex import Cex, replay
-from proofs.checks import FAIR_WORST, WAIT_FAIR
-from spec.check import check_trace
+from lora_sched.policy.driver import run
+from lora_sched.proofs.cex import Cex, replay
+from lora_sched.proofs.checks import FAIR_WORST, WAIT_FAIR
+from lora_sched.spec.check import check_trace
 
 CEX = {'aborts': {},
  'bound': 30,

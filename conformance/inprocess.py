@@ -67,7 +67,7 @@ def make_scheduler(cfg: Config, policy: str | None = None, *, model: str | None 
         max_len = min(max_len, cfg.max_num_batched_tokens)
     key = (model, cfg.max_loras, cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.chunked_prefill,
            cfg.long_prefill_token_threshold, cfg.block_size, cfg.queue, cfg.async_scheduling, max_len,
-           cfg.starvation_steps)
+           cfg.starvation_steps, cfg.prefill_schedule_interval)
     vllm_config = _VLLM_CONFIG_CACHE.get(key)
     if vllm_config is None:
         scheduler_config = SchedulerConfig(
@@ -78,6 +78,7 @@ def make_scheduler(cfg: Config, policy: str | None = None, *, model: str | None 
             enable_chunked_prefill=cfg.chunked_prefill,
             async_scheduling=cfg.async_scheduling,
             policy=cfg.queue,
+            prefill_schedule_interval=cfg.prefill_schedule_interval,
             is_encoder_decoder=False,
         )
         model_config = ModelConfig(model=model, dtype="float32", seed=0, max_model_len=max_len,

@@ -71,6 +71,7 @@ def config_of(sched: Scheduler, policy: str, *, async_scheduling: bool | None = 
                           else async_scheduling),
         policy=policy,
         starvation_steps=int(getattr(sched, "starvation_steps", Config().starvation_steps)),
+        prefill_schedule_interval=int(getattr(sc, "prefill_schedule_interval", 1) or 1),
     )
 
 

@@ -19,7 +19,6 @@ from pathlib import Path
 def measure(workers: int, count: int, seed: int) -> dict:
     """The run entry of one campaign on a fresh local Ray (workloads/s, startup, worker ms per workload)."""
     import ray
-
     from lora_sched.fuzz.campaign import Options, run_campaign
 
     with tempfile.TemporaryDirectory() as d:

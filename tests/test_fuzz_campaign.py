@@ -17,7 +17,6 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # before Ray is
 
 import pytest  # noqa: E402
 import ray  # noqa: E402
-
 from lora_sched.fuzz.campaign import Options, run_campaign  # noqa: E402
 from lora_sched.fuzz.runner import run_case  # noqa: E402
 from lora_sched.fuzz.space import FuzzCase  # noqa: E402

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-
 from lora_sched.fuzz.findings import trace_itf
 from lora_sched.fuzz.runner import run_case
 from lora_sched.fuzz.shrink import shrink

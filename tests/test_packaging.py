@@ -90,8 +90,9 @@ def test_the_wheel_installs_one_top_level_name(tmp_path):
     import subprocess
     import zipfile
 
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = tmp_path.glob("lora_sched-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}

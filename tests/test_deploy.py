@@ -96,11 +96,10 @@ def test_bad_settings_are_named(deploy, extra, needle):
 def test_fair_forgets_every_request_it_served():
     """A long-running server must not keep per-request state: once every
     request has finished (or been aborted), fair holds no entry for any."""
-    from vllm.v1.request import RequestStatus
-
     from lora_sched.conformance.inprocess import _model_output, _vllm_request, make_scheduler
     from lora_sched.policy.scenarios import SCENARIOS
     from lora_sched.spec.config import Config
+    from vllm.v1.request import RequestStatus
 
     sc = SCENARIOS["starvation"]
     cfg = Config(**{**sc.config.to_dict(), "policy": "fair"})

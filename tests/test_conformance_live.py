@@ -89,6 +89,7 @@ def test_readme_deploy_command(tmp_path):
     env = dict(os.environ, PATH=path, MODEL=str(assets.model), PORT=str(port),
                **{f"LORA{i}": str(assets.adapters[f"lora{i}"]) for i in (1, 2, 3)})
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env["VLLM_LOGGING_LEVEL"] = "INFO"  # vLLM's default; the in-process harness lowers it for this process
     log = tmp_path / "server.log"
     with open(log, "wb") as f:
         proc = subprocess.Popen(["bash", "-c", _readme_deploy_command()], stdout=f, stderr=subprocess.STDOUT,

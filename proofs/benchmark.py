@@ -1,6 +1,6 @@
 """Benchmark of the proofs (prints figures; never asserts on time).
 
-    python -m proofs.benchmark [--budget 60]
+    python -m lora_sched.proofs.benchmark [--budget 60]
 
 1. deepest BMC depth (no_hol_blocking for vllm/fair, batch_lora_cap for
    all three, so that the search does not stop at a counterexample) reached

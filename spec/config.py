@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 QUEUES = ("fcfs", "priority")
-POLICIES = ("blocking", "vllm", "fair")
+POLICIES = ("blocking", "vllm", "fair", "drainer", "timeslice", "vtc", "fair_drain", "fair_v3")
 
 
 class ConfigError(ValueError):
@@ -29,8 +29,10 @@ class Config:
     queue: str = "fcfs"
     async_scheduling: bool = False
     policy: str = "vllm"
-    # `fair` only: steps a LoRA-blocked request may wait before the guard holds
-    # the other adapters for it (DESIGN section 3, "starvation guard").
+    # `fair` (and `fair_drain`): steps a LoRA-blocked request may wait before the
+    # guard holds the other adapters for it (DESIGN section 3, "starvation
+    # guard"). The reference gates read it as their knob: `drainer`'s wait
+    # threshold, `timeslice`'s cycle length (steps); `vtc` ignores it.
     starvation_steps: int = 16
 
     def __post_init__(self) -> None:

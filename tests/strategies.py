@@ -20,12 +20,13 @@ from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
 
+from policy import claims
 from policy.driver import Workload
 from spec.config import Config
 from spec.request import Request
 from spec.state import blocks_for
 
-POLICY_NAMES = ("blocking", "vllm", "fair")
+POLICY_NAMES = ("blocking", "vllm", "fair", "drainer", "timeslice", "vtc", "fair_v3", "fair_drain")
 
 
 @dataclass(frozen=True)
@@ -133,11 +134,9 @@ def claimed(policy: str, cfg: Config, *, skipped_running: bool) -> set[str]:
     sure to finish unscheduled, and so do external skips, and an unscheduled
     request's adapter does not count toward the cap (vLLM's rule).
     """
-    props = {"batch_lora_cap", "capacity", "conservation", "fifo_within_adapter"}
-    if policy in ("vllm", "fair"):
-        props.add("no_hol_blocking")
-    if not cfg.async_scheduling and not skipped_running:
-        props.add("running_lora_cap")
+    props = claims(policy, cfg) - {"bounded_wait"}
+    if skipped_running:
+        props.discard("running_lora_cap")
     return props
 
 

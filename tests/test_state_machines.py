@@ -13,7 +13,10 @@ test asserts that no *claimed* property is violated (`strategies.claimed`):
 - `blocking`: the same without no_hol_blocking;
 - `fair`, additionally: bounded_wait with `policy.fair.workload_bound` when its
   assumptions hold (FCFS, synchronous, unlimited KV, no skips), checked at
-  teardown after draining the run to completion.
+  teardown after draining the run to completion;
+- the reference gates `drainer`, `timeslice`, `vtc` and the fair prototypes
+  `fair_v3`, `fair_drain`: what `policy.claims` says (bounded_wait with the
+  same B for the two prototypes); every run must also drain to completion.
 
 Skips. A step may leave base-model running requests unscheduled (DESIGN's
 nondeterministic skip). Skipping a *LoRA* request is not allowed here:
@@ -35,7 +38,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from strategies import bounds, claimed, configs, fair_bound_applies, scenarios
 
-from policy import make_gate
+from policy import claims, make_gate
 from policy.core import Scheduler
 from policy.driver import Workload, run
 from policy.fair import FairHolds, workload_bound
@@ -177,7 +180,8 @@ class PolicyMachine(RuleBasedStateMachine):
         self._feed_events()
         st_ = self.sched.state
         assert set(st_.reqs) == st_.finished | st_.aborted, "a request neither finished nor aborted"
-        if self.policy == "fair" and self.reqs and fair_bound_applies(self.cfg, skipped_running=self.skipped):
+        if ("bounded_wait" in claims(self.policy, self.cfg) and self.reqs
+                and fair_bound_applies(self.cfg, skipped_running=self.skipped)):
             reqs = self.reqs.values()
             bound = workload_bound(self.cfg, reqs)
             found = self.obs.close(bound)
@@ -196,9 +200,34 @@ class FairMachine(PolicyMachine):
     policy = "fair"
 
 
+class DrainerMachine(PolicyMachine):
+    policy = "drainer"
+
+
+class TimesliceMachine(PolicyMachine):
+    policy = "timeslice"
+
+
+class VtcMachine(PolicyMachine):
+    policy = "vtc"
+
+
+class FairV3Machine(PolicyMachine):
+    policy = "fair_v3"
+
+
+class FairDrainMachine(PolicyMachine):
+    policy = "fair_drain"
+
+
 TestBlocking = BlockingMachine.TestCase
 TestVllm = VllmMachine.TestCase
 TestFair = FairMachine.TestCase
+TestDrainer = DrainerMachine.TestCase
+TestTimeslice = TimesliceMachine.TestCase
+TestVtc = VtcMachine.TestCase
+TestFairV3 = FairV3Machine.TestCase
+TestFairDrain = FairDrainMachine.TestCase
 
 
 def _round_trip(scenario):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -53,6 +54,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--docs-img", default=None, help="also copy the plots into this directory")
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--live", action="store_true", help="run the policies inside the CPU vLLM server")
+    parser.add_argument("--adversarial", action="store_true",
+                        help="hill-climb each policy's worst workloads; save them under bench/families/")
+    parser.add_argument("--frontier", action="store_true",
+                        help="worst wait vs throughput per policy and knob, per family; table + frontier.png")
+    adv = parser.add_argument_group("adversarial / frontier modes")
+    adv.add_argument("--iters", type=int, default=250, help="hill-climbing steps per restart")
+    adv.add_argument("--restarts", type=int, default=2, help="restarts per (policy, objective)")
+    adv.add_argument("--seed", type=int, default=0, help="search seed")
+    adv.add_argument("--families-dir", default=None, help="where families are saved / read (default bench/families)")
     live = parser.add_argument_group("live mode (--live)")
     live.add_argument("--live-prompts", type=int, default=200, help="requests per policy")
     live.add_argument("--live-output", type=int, default=32, help="output tokens per request")
@@ -92,6 +102,8 @@ def main(args: argparse.Namespace) -> int:
             return 2
         from bench.live import main_live  # pragma: no cover - needs the live harness
         return main_live(args)
+    if args.adversarial or args.frontier:
+        return main_search(args, out)
     t_start = time.perf_counter()
     report: dict = {"cost_model": DEFAULT.to_dict(), "seed": SEED_ROWS}
     model = DEFAULT
@@ -183,4 +195,43 @@ def main(args: argparse.Namespace) -> int:
     report["wall_s"] = time.perf_counter() - t_start
     (out / "results.json").write_text(json.dumps(report, indent=1, default=str))
     progress(f"done in {report['wall_s']:.1f} s; results in {out / 'results.json'}")
+    return 0
+
+
+def main_search(args: argparse.Namespace, out: Path) -> int:
+    """`--adversarial` and/or `--frontier` (`bench.adversarial`, `bench.frontier`)."""
+    from bench.adversarial import print_rows, search
+    from bench.families import FAMILY_DIR, FamilyError, all_families
+    from bench.frontier import frontier, print_table
+
+    t_start = time.perf_counter()
+    fam_dir = Path(args.families_dir) if args.families_dir else FAMILY_DIR
+    report: dict = {"command": "bench", "seed": args.seed}
+    progress(f"seed {args.seed}, families in {fam_dir}")
+    if args.adversarial:
+        rows = search(iters=args.iters, restarts=args.restarts, seed=args.seed, out_dir=fam_dir)
+        report["adversarial"] = rows
+        print_rows(rows)
+    if args.frontier:
+        try:
+            fams = all_families(fam_dir)
+        except FamilyError as exc:
+            print(f"error: {exc}")
+            return 2
+        result = frontier(fams)
+        report["frontier"] = result
+        print()
+        print_table(result)
+        if not args.no_plots:
+            from bench import plots
+            path = plots.frontier(result, out / "frontier.png")
+            report["plots"] = [str(path)]
+            if args.docs_img:
+                dest = Path(args.docs_img)
+                dest.mkdir(parents=True, exist_ok=True)
+                shutil.copy(path, dest / "frontier.png")
+    report["wall_s"] = time.perf_counter() - t_start
+    name = "search.json"
+    (out / name).write_text(json.dumps(report, indent=1, default=str))
+    progress(f"done in {report['wall_s']:.1f} s; results in {out / name}")
     return 0

@@ -12,12 +12,18 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from bench.simulate import PolicyRun  # noqa: E402
 
+# One colour per policy, the same in every plot.
+POLICY_COLORS = {"blocking": "tab:blue", "vllm": "tab:orange", "fair": "tab:green", "drainer": "tab:red",
+                 "timeslice": "tab:purple", "vtc": "tab:brown", "fair_v3": "tab:olive",
+                 "fair_cohort": "tab:cyan", "fair_drain": "tab:pink"}
+
 
 def wait_distribution(runs: dict[str, PolicyRun], path: Path) -> Path:
     """Per policy: histogram of waits; per adapter: mean and max wait (steps)."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for name, r in runs.items():
-        axes[0].hist(list(r.waits.values()), bins=40, histtype="step", label=name, linewidth=1.5)
+        axes[0].hist(list(r.waits.values()), bins=40, histtype="step", label=name, linewidth=1.5,
+                     color=POLICY_COLORS.get(name))
     axes[0].set_xlabel("wait before first admission (steps)")
     axes[0].set_ylabel("requests")
     axes[0].set_yscale("log")
@@ -27,8 +33,9 @@ def wait_distribution(runs: dict[str, PolicyRun], path: Path) -> Path:
     for i, (name, r) in enumerate(runs.items()):
         adapters = sorted(r.adapters)
         xs = [a + (i - (len(runs) - 1) / 2) * width for a in adapters]
-        axes[1].bar(xs, [r.adapters[a]["max_wait_steps"] for a in adapters], width, alpha=0.35)
-        axes[1].bar(xs, [r.adapters[a]["mean_wait_steps"] for a in adapters], width, label=name)
+        color = POLICY_COLORS.get(name)
+        axes[1].bar(xs, [r.adapters[a]["max_wait_steps"] for a in adapters], width, alpha=0.35, color=color)
+        axes[1].bar(xs, [r.adapters[a]["mean_wait_steps"] for a in adapters], width, label=name, color=color)
     axes[1].set_xlabel("adapter")
     axes[1].set_ylabel("wait (steps): mean solid, max faint")
     axes[1].set_yscale("log")
@@ -44,7 +51,7 @@ def starvation(rows: list[dict], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     xs = [r["length"] for r in rows]
     for policy, style in (("vllm", "o-"), ("fair", "s-"), ("blocking", "^-")):
-        ax.plot(xs, [r[policy] for r in rows], style, label=policy)
+        ax.plot(xs, [r[policy] for r in rows], style, label=policy, color=POLICY_COLORS[policy])
     ax.plot(xs, [r["bound"] for r in rows], "k--", label="fair bound B")
     ax.set_xlabel("stream length (steps of arrivals for adapters 1 and 2)")
     ax.set_ylabel("wait of the adapter-3 request (steps)")
@@ -112,6 +119,40 @@ def live(runs: dict[str, dict], path: Path) -> Path:
     axes[1].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def frontier(result: dict[str, list[dict]], path: Path) -> Path:
+    """Per family: worst wait (x, log) against throughput vs vllm (y), one colour
+    per policy, its knob values joined by a line; a ring marks the default knob."""
+    from bench.frontier import DEFAULT_KNOB, KNOBBED
+
+    names = list(result)
+    cols = 3
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.8 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        pts = result[name]
+        for policy in dict.fromkeys(p["policy"] for p in pts):
+            mine = sorted((p for p in pts if p["policy"] == policy), key=lambda p: p["knob"] or 0)
+            color = POLICY_COLORS.get(policy)
+            ax.plot([max(p["wait"], 1) for p in mine], [p["ratio"] for p in mine], "o-", color=color,
+                    label=policy, markersize=3, linewidth=1)
+            d = next((p for p in mine if p["knob"] == (DEFAULT_KNOB if policy in KNOBBED else None)), None)
+            if d is not None:
+                ax.scatter([max(d["wait"], 1)], [d["ratio"]], s=70, facecolors="none", edgecolors=color, zorder=3)
+        ax.axhline(0.8, color="k", linestyle=":", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.set_title(name, fontsize=8)
+        ax.set_xlabel("worst wait (steps)")
+        ax.set_ylabel("throughput / vllm")
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=6)
+    fig.suptitle("frontier: knob values joined, ring = default knob (16); dotted = 0.8 of vllm", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 

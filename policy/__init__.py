@@ -5,7 +5,7 @@ from __future__ import annotations
 from policy.blocking import BlockingGate
 from policy.drainer import DrainerGate
 from policy.fair import FairGate
-from policy.fair_drain import FairDrainGate, FairV3Gate
+from policy.fair_drain import FairCohortGate, FairDrainGate, FairV3Gate
 from policy.gate import Gate
 from policy.timeslice import TimesliceGate
 from policy.vllm import VllmGate
@@ -15,10 +15,10 @@ from spec.config import Config
 GATES = {"blocking": BlockingGate, "vllm": VllmGate, "fair": FairGate}
 # The field's policies (reference gates) and the fair prototypes priced on the frontier.
 GATES.update({"drainer": DrainerGate, "timeslice": TimesliceGate, "vtc": VtcGate,
-              "fair_v3": FairV3Gate, "fair_drain": FairDrainGate})
+              "fair_v3": FairV3Gate, "fair_cohort": FairCohortGate, "fair_drain": FairDrainGate})
 # Gates that hold requests on purpose without trace-level declared holds
 # (spec.properties.PolicyHolds): they do not claim no_hol_blocking.
-UNDECLARED_HOLDS = {"drainer", "timeslice", "vtc", "fair_v3", "fair_drain"}
+UNDECLARED_HOLDS = {"drainer", "timeslice", "vtc", "fair_v3", "fair_cohort", "fair_drain"}
 
 
 def claims(policy: str, config: Config) -> set[str]:
@@ -41,7 +41,7 @@ def claims(policy: str, config: Config) -> set[str]:
         claimed.add("running_lora_cap")
     if policy != "blocking" and policy not in UNDECLARED_HOLDS:
         claimed.add("no_hol_blocking")
-    if policy in ("fair", "fair_v3", "fair_drain"):
+    if policy in ("fair", "fair_v3", "fair_cohort", "fair_drain"):
         claimed.add("bounded_wait")
     if policy == "drainer":
         claimed.discard("fifo_within_adapter")

@@ -44,10 +44,13 @@ from policy.gate import Decision, ScanContext
 class FairDrainGate:
     name = "fair_drain"
     drain_admit: bool = True
+    cohort_admit: bool = True
     star: str | None = None
     victims: set[int] = field(default_factory=set)
     active_since: dict[int, int] = field(default_factory=dict)  # adapter -> first step of its run in C
     _refused: set[int] = field(default_factory=set)  # victims whose queue head did not fit this scan
+    cohort: set[str] = field(default_factory=set)  # waiting with r*'s adapter when r* got in: never held
+    _c: set[int] = field(default_factory=set)  # the cap set C during a scan
 
     def _key(self, ctx: ScanContext, rid: str) -> tuple[int, int, int]:
         rs = ctx.state.reqs[rid]
@@ -57,6 +60,7 @@ class FairDrainGate:
     def scan_order(self, ctx: ScanContext, queue: list[str]) -> list[str]:
         st, s = ctx.state, ctx.state.config.starvation_steps
         self._refused = set()
+        self._c = self._cap_set(ctx)  # C when the scan starts; admissions add to it
         if self.star is not None and self.star not in queue:
             if st.reqs[self.star].status != "running":  # aborted or finished while waiting
                 self.star, self.victims = None, set()
@@ -75,7 +79,7 @@ class FairDrainGate:
         return {st.adapter(r) for r in st.running if st.adapter(r) > 0}
 
     def _blocked(self, ctx: ScanContext, adapter: int) -> bool:
-        c = self._cap_set(ctx)
+        c = self._c
         return adapter > 0 and adapter not in c and len(c) >= ctx.state.config.max_loras
 
     def _fits_drain(self, ctx: ScanContext, rid: str) -> bool:
@@ -92,10 +96,10 @@ class FairDrainGate:
     def decide(self, ctx: ScanContext, rid: str) -> tuple[Decision, str | None]:
         a = ctx.state.adapter(rid)
         if rid == self.star and self._blocked(ctx, a):
-            c = self._cap_set(ctx)
+            c = self._c
             if not (self.victims & c):
                 self.victims.add(min(c, key=lambda v: (self.active_since.get(v, ctx.step), v)))
-        if self.star is not None and rid != self.star and a in self.victims:
+        if self.star is not None and rid != self.star and a in self.victims and rid not in self.cohort:
             if not self.drain_admit or a in self._refused or not self._fits_drain(ctx, rid):
                 self._refused.add(a)  # later requests of `a` wait too: FIFO within the adapter
                 return Decision.SKIP, "fair_guard"
@@ -104,8 +108,15 @@ class FairDrainGate:
         return Decision.ADMIT, None
 
     def admitted(self, ctx: ScanContext, rid: str) -> None:
+        if ctx.state.adapter(rid) > 0:
+            self._c.add(ctx.state.adapter(rid))
+        self.cohort.discard(rid)
         if rid == self.star:
             self.star, self.victims = None, set()
+            if self.cohort_admit:
+                st, a = ctx.state, ctx.state.adapter(rid)
+                if a > 0:
+                    self.cohort |= {r for r in st.waiting if st.adapter(r) == a and st.reqs[r].status == "waiting"}
 
     def step_done(self, ctx: ScanContext, batch_loras: set[int]) -> None:
         c = self._cap_set(ctx)
@@ -113,9 +124,18 @@ class FairDrainGate:
 
 
 class FairV3Gate(FairDrainGate):
-    """Fair rule v3 alone (`drain_admit` off): the baseline the change is priced against."""
+    """Fair rule v3 alone (both changes off): the baseline the changes are priced against."""
 
     name = "fair_v3"
 
     def __init__(self) -> None:
-        super().__init__(drain_admit=False)
+        super().__init__(drain_admit=False, cohort_admit=False)
+
+
+class FairCohortGate(FairDrainGate):
+    """v3 plus the cohort change only."""
+
+    name = "fair_cohort"
+
+    def __init__(self) -> None:
+        super().__init__(drain_admit=False, cohort_admit=True)

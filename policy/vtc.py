@@ -83,7 +83,10 @@ class VtcGate:
         # output is still in flight, which the core skips).
         counters = {a: self.served.get(a, 0) for a in queues}
         order: list[str] = []
-        while counters:
+        # The scan admits at most the free seats before it stops; stale async
+        # requests are skipped on top: no request past that is ever visited.
+        limit = st.config.max_num_seqs - len(st.running) + sum(1 for r in queue if st.reqs[r].stale) + 1
+        while counters and len(order) < limit:
             a = min(counters, key=lambda c: (counters[c], c))
             if not queues[a]:
                 del counters[a]

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 QUEUES = ("fcfs", "priority")
-POLICIES = ("blocking", "vllm", "fair", "drainer", "timeslice", "vtc", "fair_drain", "fair_v3")
+POLICIES = ("blocking", "vllm", "fair", "drainer", "timeslice", "vtc", "fair_drain", "fair_v3", "fair_cohort")
 
 
 class ConfigError(ValueError):

@@ -26,7 +26,7 @@ from spec.config import Config
 from spec.request import Request
 from spec.state import blocks_for
 
-POLICY_NAMES = ("blocking", "vllm", "fair", "drainer", "timeslice", "vtc", "fair_v3", "fair_drain")
+POLICY_NAMES = ("blocking", "vllm", "fair", "drainer", "timeslice", "vtc", "fair_v3", "fair_cohort", "fair_drain")
 
 
 @dataclass(frozen=True)

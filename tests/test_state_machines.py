@@ -15,8 +15,8 @@ test asserts that no *claimed* property is violated (`strategies.claimed`):
   assumptions hold (FCFS, synchronous, unlimited KV, no skips), checked at
   teardown after draining the run to completion;
 - the reference gates `drainer`, `timeslice`, `vtc` and the fair prototypes
-  `fair_v3`, `fair_drain`: what `policy.claims` says (bounded_wait with the
-  same B for the two prototypes); every run must also drain to completion.
+  `fair_v3`, `fair_cohort`, `fair_drain`: what `policy.claims` says (bounded_wait with the
+  same B for the prototypes); every run must also drain to completion.
 
 Skips. A step may leave base-model running requests unscheduled (DESIGN's
 nondeterministic skip). Skipping a *LoRA* request is not allowed here:
@@ -216,6 +216,10 @@ class FairV3Machine(PolicyMachine):
     policy = "fair_v3"
 
 
+class FairCohortMachine(PolicyMachine):
+    policy = "fair_cohort"
+
+
 class FairDrainMachine(PolicyMachine):
     policy = "fair_drain"
 
@@ -227,6 +231,7 @@ TestDrainer = DrainerMachine.TestCase
 TestTimeslice = TimesliceMachine.TestCase
 TestVtc = VtcMachine.TestCase
 TestFairV3 = FairV3Machine.TestCase
+TestFairCohort = FairCohortMachine.TestCase
 TestFairDrain = FairDrainMachine.TestCase
 
 

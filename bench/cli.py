@@ -58,7 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hill-climb each policy's worst workloads; save them under bench/families/")
     parser.add_argument("--frontier", action="store_true",
                         help="worst wait vs throughput per policy and knob, per family; table + frontier.png")
-    adv = parser.add_argument_group("adversarial / frontier modes")
+    parser.add_argument("--optimum", metavar="POLICY", default=None,
+                        help="hill-climb a small instance against POLICY, then the best schedule under "
+                             "wait bounds by exhaustive search (bench.optimum)")
+    adv = parser.add_argument_group("adversarial / frontier / optimum modes")
     adv.add_argument("--iters", type=int, default=250, help="hill-climbing steps per restart")
     adv.add_argument("--restarts", type=int, default=2, help="restarts per (policy, objective)")
     adv.add_argument("--seed", type=int, default=0, help="search seed")
@@ -102,6 +105,8 @@ def main(args: argparse.Namespace) -> int:
             return 2
         from bench.live import main_live  # pragma: no cover - needs the live harness
         return main_live(args)
+    if args.optimum:
+        return main_optimum(args, out)
     if args.adversarial or args.frontier:
         return main_search(args, out)
     t_start = time.perf_counter()
@@ -234,4 +239,39 @@ def main_search(args: argparse.Namespace, out: Path) -> int:
     name = "search.json"
     (out / name).write_text(json.dumps(report, indent=1, default=str))
     progress(f"done in {report['wall_s']:.1f} s; results in {out / name}")
+    return 0
+
+
+def main_optimum(args: argparse.Namespace, out: Path) -> int:
+    """`--optimum POLICY`: the policy's worst small instance, and the best schedule
+    of it under each wait bound (`bench.optimum`)."""
+    from bench.optimum import gap_table, small_adversarial
+    from spec.config import Config
+    from spec.request import Request
+
+    if args.optimum not in ("fair", "fair_v3", "fair_cohort", "fair_drain", "drainer", "timeslice", "vtc"):
+        print(f"error: --optimum: unknown policy {args.optimum!r}")
+        return 2
+    progress(f"seed {args.seed}: hill climbing a small instance against {args.optimum} ({args.iters} steps)")
+    found = small_adversarial(args.optimum, iters=args.iters, seed=args.seed)
+    cfg = Config.from_dict(found["config"])
+    reqs = [Request(**q) for q in found["requests"]]
+    hi = max(found["wait"], found["vllm"]["wait"]) + 2
+    gap = gap_table(cfg, reqs, list(range(0, hi + 1, 2)),
+                    policies=("fair", "fair_v3", "fair_cohort", "fair_drain", "drainer", "timeslice", "vtc"))
+    print(f"== Best schedule under a wait bound (exhaustive search), worst small instance for {args.optimum} ==")
+    print(f"config: max_loras {cfg.max_loras}, max_num_seqs {cfg.max_num_seqs}, "
+          f"max_num_batched_tokens {cfg.max_num_batched_tokens}")
+    print("requests (id, adapter, prompt, max_tokens, arrival): "
+          + " ".join(f"({q.id},{q.adapter},{q.prompt_tokens},{q.max_tokens},{q.arrival})" for q in reqs))
+    v = gap["vllm"]
+    print(f"vllm: last step {v['last_step']}, worst wait {v['wait']}")
+    for p, r in gap["policies"].items():
+        print(f"{p:12} last step {r['last_step']:>4}, worst wait {r['wait']:>4}, ratio vs vllm {r['ratio']:.3f}")
+    print(f"{'wait bound W':>13}{'optimum last step':>19}{'best ratio vs vllm':>20}{'states':>9}")
+    for row in gap["rows"]:
+        opt = "infeasible" if row["optimum_last_step"] is None else row["optimum_last_step"]
+        cap = "-" if row["ratio_cap"] is None else f"{row['ratio_cap']:.3f}"
+        print(f"{row['wait_bound']:>13}{opt:>19}{cap:>20}{row['states']:>9}")
+    (out / "optimum.json").write_text(json.dumps({"instance": found, "gap": gap}, indent=1, default=str))
     return 0

@@ -131,15 +131,6 @@ def check_abstraction(cfg: Config, reqs: list[Request]) -> None:
         raise AbstractionError(f"optimum under vllm's own wait {v_wait} is {bounded.last_step} > {v_last}")
 
 
-def switch_instance(*, seats: int = 2, length: int = 4, stream: int = 6, every: int = 1) -> tuple[Config, list[Request]]:
-    """max_loras 1: adapter 1 sends a request every `every` steps for `stream`
-    requests, adapter 2 one request at step 1; every request runs `length` steps."""
-    cfg = Config(max_loras=1, max_num_seqs=seats, max_num_batched_tokens=64)
-    reqs = [Request(f"a1-{i}", 1, 2, length, 1 + i * every) for i in range(stream)]
-    reqs.append(Request("a2", 2, 2, length, 1))
-    return cfg, reqs
-
-
 def gap_table(cfg: Config, reqs: list[Request], bounds: list[int],
               policies: tuple[str, ...] = ("fair", "fair_cohort", "fair_drain")) -> dict:
     """vllm against the optimum under each wait bound, and the fair variants against both."""
@@ -149,8 +140,8 @@ def gap_table(cfg: Config, reqs: list[Request], bounds: list[int],
     rows = []
     for w in bounds:
         opt = best_schedule(cfg, reqs, w)
-        rows.append({"wait_bound": w, "optimum_last_step": opt.last_step, "states": opt.states,
-                     "ratio_cap": None if opt.last_step is None else (v_last - start + 1) / (opt.last_step - start + 1)})
+        cap = None if opt.last_step is None else (v_last - start + 1) / (opt.last_step - start + 1)
+        rows.append({"wait_bound": w, "optimum_last_step": opt.last_step, "states": opt.states, "ratio_cap": cap})
     pols = {}
     for p in policies:
         last, wait = reference_last_step(cfg, reqs, p)

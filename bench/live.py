@@ -2,7 +2,7 @@
 
 Each policy runs as a scheduler class of vLLM's OpenAI server on the CPU
 (`conformance.server.LiveServer`: `vllm` is conformance's recording class,
-`blocking` and `fair` the classes of `conformance.policies`), one server per
+`blocking` and `fair` the classes of `lora_sched.scheduler`), one server per
 policy, all on the same generated model and adapters (`conformance.assets`).
 The workload is the seed's, scaled down: 8 adapters round robin, max_loras 4,
 `seed_requests`' lognormal prompt lengths rescaled to a smaller total, short

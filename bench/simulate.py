@@ -106,13 +106,13 @@ class Timeline:
 def build_timeline(result: RunResult) -> Timeline:
     """Walk the records once: features per step, which step delivers each token.
 
-    Synchronous scheduling: a step's output (its sampled tokens) is available
-    at the end of that step. A request samples when its computed tokens reach
-    prompt + generated (vLLM's `_update_after_schedule`); a preemption resets
-    the computed count and the recompute delivers no token until it catches up.
+    A step's output (its sampled tokens) is available at the end of that
+    step. A request samples when its computed tokens reach prompt + tokens
+    sampled so far (vLLM's `_update_after_schedule`; under async scheduling
+    the samples in flight are its output placeholders, so the rule is the
+    same and only the scheduler's decisions differ); a preemption resets the
+    computed count and the recompute delivers no token until it catches up.
     """
-    if result.config.async_scheduling:
-        raise ValueError("the simulated benchmark models synchronous scheduling")
     reqs = result.scheduler.state.reqs
     computed: dict[str, int] = {}
     generated: dict[str, int] = {}

@@ -37,7 +37,6 @@ from spec.state import StepRecord
 from spec.trace import TraceWriter
 
 TRACE_ENV = "LORA_SCHED_TRACE"
-STARVATION_ENV = "LORA_SCHED_STARVATION_STEPS"
 SOURCE = "vllm 0.32.0"
 
 
@@ -48,8 +47,11 @@ class _Open:
     record: StepRecord
 
 
-def config_of(sched: Scheduler, policy: str) -> Config:
-    """The model's config for a live vLLM scheduler (DESIGN §2 keys)."""
+def config_of(sched: Scheduler, policy: str, *, async_scheduling: bool | None = None) -> Config:
+    """The model's config for a live vLLM scheduler (DESIGN §2 keys).
+
+    `async_scheduling`: whether the engine driving the scheduler applies each
+    output one step late; by default what the engine config resolved."""
     sc = sched.scheduler_config
     lora = sched.lora_config
     return Config(
@@ -62,16 +64,22 @@ def config_of(sched: Scheduler, policy: str) -> Config:
         kv_blocks=sched.kv_cache_config.num_blocks - 1,
         block_size=sched.block_size,
         queue=str(getattr(sc.policy, "value", sc.policy)),
-        async_scheduling=isinstance(sched, AsyncScheduler),
+        # How the engine drives it, not the class: vLLM's CPU platform forces
+        # async scheduling off (platforms/cpu.py), and an AsyncScheduler
+        # subclass then gets each output before the next schedule(), like the
+        # sync one. The in-process harness drives either way and says which.
+        async_scheduling=(bool(sched.scheduler_config.async_scheduling) if async_scheduling is None
+                          else async_scheduling),
         policy=policy,
         starvation_steps=int(getattr(sched, "starvation_steps", Config().starvation_steps)),
     )
 
 
 class RecorderMixin:
-    """The recording hooks; mixed in front of a vLLM scheduler class."""
+    """The recording hooks; mixed in front of a vLLM scheduler class (whose
+    `policy_name` names the policy in the trace header)."""
 
-    policy_name = "vllm"
+    policy_name: str
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -84,10 +92,12 @@ class RecorderMixin:
             self.start_recording(path)
 
     # ---- public ------------------------------------------------------------
-    def start_recording(self, path: str | os.PathLike[str]) -> None:
-        """Open `path` and write the header (also used in-process)."""
+    def start_recording(self, path: str | os.PathLike[str], *, async_scheduling: bool | None = None) -> None:
+        """Open `path` and write the header (also used in-process, where the
+        harness says whether it drives the scheduler asynchronously)."""
         self._check_supported()
-        self._rec_writer = TraceWriter(path, config_of(self, self.policy_name), SOURCE)  # type: ignore[arg-type]
+        config = config_of(self, self.policy_name, async_scheduling=async_scheduling)  # type: ignore[arg-type]
+        self._rec_writer = TraceWriter(path, config, SOURCE)
 
     def stop_recording(self) -> None:
         if self._rec_writer is not None:
@@ -143,7 +153,8 @@ class RecorderMixin:
         if s.policy.value == "priority":
             preempted.sort(key=lambda rid: (s.requests[rid].priority, s.requests[rid].arrival_time),
                            reverse=True)
-        rec = StepRecord(self._rec_step, waiting, running, scheduled, admitted, preempted, [])
+        throttle = bool(kwargs.get("throttle_prefills", args[0] if args else False))
+        rec = StepRecord(self._rec_step, waiting, running, scheduled, admitted, preempted, [], throttle)
         self._rec_open[id(out)] = _Open(rec)
         return out
 
@@ -175,6 +186,10 @@ class RecorderMixin:
 class RecordingScheduler(RecorderMixin, Scheduler):
     """vLLM's synchronous `Scheduler`, recorded (policy `vllm`)."""
 
+    policy_name = "vllm"
+
 
 class AsyncRecordingScheduler(RecorderMixin, AsyncScheduler):
     """vLLM's `AsyncScheduler`, recorded (policy `vllm`)."""
+
+    policy_name = "vllm"

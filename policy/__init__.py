@@ -5,44 +5,56 @@ from __future__ import annotations
 from policy.blocking import BlockingGate
 from policy.drainer import DrainerGate
 from policy.fair import FairGate
-from policy.fair_drain import FairCohortGate, FairDrainGate, FairV3Gate
+from policy.fair_drain import FairCohortGate, FairDrainGate
 from policy.gate import Gate
 from policy.timeslice import TimesliceGate
 from policy.vllm import VllmGate
 from policy.vtc import VtcGate
-from spec.config import Config
+from spec.config import POLICIES, Config
 
-GATES = {"blocking": BlockingGate, "vllm": VllmGate, "fair": FairGate}
-# The field's policies (reference gates) and the fair prototypes priced on the frontier.
-GATES.update({"drainer": DrainerGate, "timeslice": TimesliceGate, "vtc": VtcGate,
-              "fair_v3": FairV3Gate, "fair_cohort": FairCohortGate, "fair_drain": FairDrainGate})
-# Gates that hold requests on purpose without trace-level declared holds
-# (spec.properties.PolicyHolds): they do not claim no_hol_blocking.
-UNDECLARED_HOLDS = {"drainer", "timeslice", "vtc", "fair_v3", "fair_cohort", "fair_drain"}
+GATES = {"blocking": BlockingGate, "vllm": VllmGate, "fair": FairGate,
+         # the field's policies as references, and fair prototypes priced on the frontier
+         "drainer": DrainerGate, "timeslice": TimesliceGate, "vtc": VtcGate,
+         "fair_cohort": FairCohortGate, "fair_drain": FairDrainGate}
+# Gates that hold requests on purpose without declaring those holds on a
+# trace (spec.properties.PolicyHolds): they do not claim no_hol_blocking.
+UNDECLARED_HOLDS = {"drainer", "timeslice", "vtc", "fair_cohort", "fair_drain"}
+FAIR_CAP = {"fair", "fair_cohort", "fair_drain"}  # cap over every running request's adapter
+assert tuple(GATES) == POLICIES, "spec.config.POLICIES lists the policies, in this order"
 
 
-def claims(policy: str, config: Config) -> set[str]:
+def claims(policy: str, config: Config, *, skipped_running: bool = False) -> set[str]:
     """The properties `policy` claims under `config` (the README's table).
 
-    `blocking` gives up `no_hol_blocking` (that is PR #15422's point); only
-    `fair` claims `bounded_wait`; under async scheduling no policy claims
-    `running_lora_cap`: a running request sure to finish is left unscheduled,
-    its adapter is not counted, and another adapter can join while it is still
-    in `running` (found by search, tests/test_search_violations.py).
-
-    The reference gates (tests/test_reference_gates.py): `drainer` gives up
-    `fifo_within_adapter` (its 1.2x tolerance admits a short request of a
-    draining adapter past a long one) and, with `timeslice` and `vtc`,
-    `no_hol_blocking`; `fair_v3` and `fair_drain` claim `bounded_wait` (fair's
-    B), `drainer` and `timeslice` are shown to starve.
+    - `blocking` gives up `no_hol_blocking` (that is PR #15422's point).
+    - `blocking` and `vllm` count only the adapters of running requests
+      *scheduled* this step. A running request left unscheduled lets another
+      adapter in: under async scheduling (sure-to-finish requests) that breaks
+      `running_lora_cap`; under DP prefill throttling
+      (`prefill_schedule_interval > 1`) or an external skip
+      (`skipped_running`), the next step schedules both and breaks
+      `batch_lora_cap` (vLLM's assert). All found by search
+      (tests/test_search_violations.py).
+    - `fair` counts every running request's adapter, so it claims both caps
+      everywhere, and `bounded_wait` (checked where `policy.fair.bound_applies`).
+    - The reference gates (tests/test_reference_gates.py) keep vLLM's cap;
+      `drainer` gives up `fifo_within_adapter` (its 1.2x tolerance admits a
+      short request of a draining adapter past a long one); `drainer`,
+      `timeslice` and `vtc` give up `no_hol_blocking`, and `drainer` and
+      `timeslice` are shown to starve. The fair prototypes `fair_cohort` and
+      `fair_drain` claim what `fair` claims but `no_hol_blocking` (their holds
+      are not declared on traces yet).
     """
-    claimed = {"batch_lora_cap", "capacity", "conservation", "fifo_within_adapter"}
-    if not config.async_scheduling:
-        claimed.add("running_lora_cap")
+    claimed = {"capacity", "conservation", "fifo_within_adapter"}
+    unscheduled = skipped_running or config.prefill_schedule_interval > 1
+    if policy in FAIR_CAP:
+        claimed |= {"batch_lora_cap", "running_lora_cap", "bounded_wait"}
+    elif not unscheduled:
+        claimed.add("batch_lora_cap")
+        if not config.async_scheduling:
+            claimed.add("running_lora_cap")
     if policy != "blocking" and policy not in UNDECLARED_HOLDS:
         claimed.add("no_hol_blocking")
-    if policy in ("fair", "fair_v3", "fair_cohort", "fair_drain"):
-        claimed.add("bounded_wait")
     if policy == "drainer":
         claimed.discard("fifo_within_adapter")
     return claimed

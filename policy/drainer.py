@@ -25,7 +25,7 @@ Rule, per waiting scan (`update_draining_state`, L61-74, runs first):
 Mapping to this model. SGLang's threshold is seconds (`max_wait_time_secs`);
 here it is steps, `Config.starvation_steps` (waited = step - waiting_since).
 The base model (adapter 0; SGLang's `lora_id None`) neither occupies a slot nor
-starves, as in vLLM's cap. The cap itself is vLLM's (`policy.gate.cap_blocks`);
+starves, as in vLLM's cap. The cap itself is vLLM's (`policy.gate.vllm_cap_blocks`);
 the drainer's stats see every running request, scheduled this step or not, as
 SGLang's `running_reqs` do.
 
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from policy.gate import Decision, ScanContext, cap_blocks
+from policy.gate import Decision, ScanContext, vllm_cap_blocks
 
 DRAIN_SCHEDULE_TOLERANCE = 1.2  # lora_drainer.py L25
 
@@ -115,7 +115,7 @@ class DrainerGate:
     def decide(self, ctx: ScanContext, rid: str) -> tuple[Decision, str | None]:
         if not self.can_schedule(ctx, rid):
             return Decision.SKIP, "drainer"
-        if cap_blocks(ctx, ctx.state.adapter(rid)):
+        if vllm_cap_blocks(ctx, ctx.state.adapter(rid)):
             return Decision.SKIP, "lora_cap"
         return Decision.ADMIT, None
 

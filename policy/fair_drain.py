@@ -1,141 +1,111 @@
-"""`fair_drain`: a prototype of fair's rule v3 plus drain-time admission.
+"""`fair_cohort` and `fair_drain`: prototypes of two changes to fair's guard (rule v3).
 
-Not the shipped `fair` (the lead owns `policy/fair.py`); a separate gate so
-the frontier can price one change to fair's guard before it is folded in.
+Not the shipped `fair` (the lead owns `policy/fair.py`): subclasses of
+`policy.fair.FairGate` that change only what is said here, so that the
+frontier (`bench.frontier`) can price each change before it is folded in.
+Everything else is fair v3: the cap over every running request's adapter, r*
+the oldest request that has waited S steps (any kind), sticky, visited
+first, one victim adapter held while the cap blocks r*.
 
-Fair v3 (the brief's rule, written out here):
+*Cohort* (`fair_cohort`, and `fair_drain`). Under v3, right after r* is
+admitted the next r* is often blocked by the adapter r* just brought in
+(with one LoRA slot, always): that adapter becomes the victim and its other
+waiting requests are held, so each switch of the slot serves one request
+and the seats run empty while the slot drains (issue 11's family: 0.44 of
+vllm's throughput). The change: when r* is admitted, the requests of r*'s
+adapter waiting at that moment form a *cohort*; the guard never holds a
+cohort member (the cap and capacity still apply). A switch then serves the
+adapter's whole queue, as vllm would, and later arrivals of it are held as
+before.
 
-- cap set C = adapters (> 0) of every request in `running` when the waiting
-  scan starts (preempted ones removed), scheduled this step or not, plus the
-  adapters admitted so far; a waiting request of adapter a > 0 is cap-blocked
-  iff a is not in C and |C| >= max_loras;
-- r* = among waiting requests that have waited >= S (`step - waiting_since`,
-  S = `starvation_steps`) and have no stale async output, the one with the
-  smallest (priority [priority queue only], waiting_since, arrival order);
-  any request can be r*; r* stays r* until admitted;
-- the scan visits r* first; if the cap blocks r* and no victim adapter is in
-  C, the victim is the adapter in C whose current run in C started first
-  (then the smallest id); every waiting request of a victim is held until r*
-  is admitted, the others flow; a capacity stop at r* stops the scan (core).
+*Drain admission* (`fair_drain` only). While a victim is held, its waiting
+request r is still admitted when r's whole remaining work in tokens (prompt
+or recompute still to compute, plus outputs still to produce, minus one) is
+at most the number of outputs the victim's longest-running request still has
+to produce. Each of those outputs needs a step, so r, given a token per step,
+ends no later than the request the slot already waits for. A victim's
+requests are admitted this way in queue order only (once one does not fit,
+the later ones of that adapter wait too), so FIFO within an adapter holds.
+SGLang's drainer (`policy.drainer`) admits within 1.2x of the remaining
+tokens and does not count the prompt.
 
-The change measured here (`drain_admit`): while a victim is held, its waiting
-request r is still admitted when r's whole remaining work, counted in tokens
-(prompt or recompute still to compute, plus outputs still to produce, minus
-one), is at most the number of outputs the victim's longest-running request
-still has to produce. Each of those outputs needs a step of its own, so r,
-given a token per step, ends no later than the request the slot already waits
-for, and the held adapter keeps its seats busy while it drains instead of
-emptying them one by one (SGLang's drainer admits requests within 1.2x of the
-remaining tokens, `policy.drainer`; this rule uses 1.0x and counts the prompt,
-and admits a victim's requests in queue order only: once one does not fit,
-the later ones of that adapter wait too, so FIFO within an adapter holds).
-Whether fair's bound B survives is checked, not assumed: the state machines
-assert B on random workloads for this gate too.
+The bound. Neither change is proved to keep B = S + Q (3D + 3): a cohort
+member can be admitted after r arrived without being present when r
+arrived, which the argument of `policy.fair` does not count (at most Q
+cohorts of at most Q members each, so a B quadratic in Q holds). The state
+machines assert fair's linear B on random runs for both gates, and the
+adversarial search (`bench.adversarial`, objective `bound`) reports the worst
+wait / B it finds.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from policy.gate import Decision, ScanContext
+from policy.fair import FairGate, FairGuard
+from policy.gate import Decision, ScanContext, running_loras
+from spec.cap import cap_blocks
 
 
 @dataclass
-class FairDrainGate:
-    name = "fair_drain"
-    drain_admit: bool = True
-    cohort_admit: bool = True
-    star: str | None = None
-    victims: set[int] = field(default_factory=set)
-    active_since: dict[int, int] = field(default_factory=dict)  # adapter -> first step of its run in C
-    _refused: set[int] = field(default_factory=set)  # victims whose queue head did not fit this scan
-    cohort: set[str] = field(default_factory=set)  # waiting with r*'s adapter when r* got in: never held
-    _c: set[int] = field(default_factory=set)  # the cap set C during a scan
+class CohortGuard(FairGuard):
+    """fair's guard whose holds spare the cohorts of the r*s admitted."""
 
-    def _key(self, ctx: ScanContext, rid: str) -> tuple[int, int, int]:
-        rs = ctx.state.reqs[rid]
-        prio = rs.req.priority if ctx.state.config.queue == "priority" else 0
-        return (prio, rs.waiting_since, rs.seq)
+    cohort: set[str] = field(default_factory=set)
+
+    def holds(self, rid: str, adapter: int) -> bool:
+        return super().holds(rid, adapter) and rid not in self.cohort
+
+
+class FairCohortGate(FairGate):
+    name = "fair_cohort"
+    guard_class = CohortGuard
+    drain_admit = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._refused: set[int] = set()
 
     def scan_order(self, ctx: ScanContext, queue: list[str]) -> list[str]:
-        st, s = ctx.state, ctx.state.config.starvation_steps
         self._refused = set()
-        self._c = self._cap_set(ctx)  # C when the scan starts; admissions add to it
-        if self.star is not None and self.star not in queue:
-            if st.reqs[self.star].status != "running":  # aborted or finished while waiting
-                self.star, self.victims = None, set()
-        if self.star is None:
-            ready = [r for r in queue if ctx.step - st.reqs[r].waiting_since >= s and st.reqs[r].stale == 0]
-            if ready:
-                self.star = min(ready, key=lambda r: self._key(ctx, r))
-                self.victims = set()
-        if self.star is None or self.star not in queue:
-            return queue
-        return [self.star] + [r for r in queue if r != self.star]
+        return super().scan_order(ctx, queue)
+
+    def decide(self, ctx: ScanContext, rid: str) -> tuple[Decision, str | None]:
+        guard = self._guard(ctx)
+        active = running_loras(ctx)
+        if rid == guard.star:
+            guard.visit_star(active)
+        adapter = ctx.state.adapter(rid)
+        if guard.holds(rid, adapter):
+            if not self.drain_admit or adapter in self._refused or not self._fits_drain(ctx, rid):
+                self._refused.add(adapter)  # later requests of `adapter` wait too: FIFO within it
+                return Decision.SKIP, "fair_guard"
+        if cap_blocks(active, adapter, ctx.state.config.max_loras):
+            return Decision.SKIP, "lora_cap"
+        return Decision.ADMIT, None
 
     @staticmethod
-    def _cap_set(ctx: ScanContext) -> set[int]:
-        st = ctx.state
-        return {st.adapter(r) for r in st.running if st.adapter(r) > 0}
-
-    def _blocked(self, ctx: ScanContext, adapter: int) -> bool:
-        c = self._c
-        return adapter > 0 and adapter not in c and len(c) >= ctx.state.config.max_loras
-
-    def _fits_drain(self, ctx: ScanContext, rid: str) -> bool:
-        """r ends before the victim's longest-running request (module docstring)."""
+    def _fits_drain(ctx: ScanContext, rid: str) -> bool:
+        """`rid` ends before its adapter's longest-running request (module docstring)."""
         st = ctx.state
         a = st.adapter(rid)
         left = [st.reqs[r].req.max_tokens - st.reqs[r].generated for r in st.running if st.adapter(r) == a]
         if not left:
             return False
         rs = st.reqs[rid]
-        work = (rs.num_tokens - rs.computed) + (rs.req.max_tokens - rs.generated) - 1
-        return work <= max(left)
-
-    def decide(self, ctx: ScanContext, rid: str) -> tuple[Decision, str | None]:
-        a = ctx.state.adapter(rid)
-        if rid == self.star and self._blocked(ctx, a):
-            c = self._c
-            if not (self.victims & c):
-                self.victims.add(min(c, key=lambda v: (self.active_since.get(v, ctx.step), v)))
-        if self.star is not None and rid != self.star and a in self.victims and rid not in self.cohort:
-            if not self.drain_admit or a in self._refused or not self._fits_drain(ctx, rid):
-                self._refused.add(a)  # later requests of `a` wait too: FIFO within the adapter
-                return Decision.SKIP, "fair_guard"
-        if self._blocked(ctx, a):
-            return Decision.SKIP, "lora_cap"
-        return Decision.ADMIT, None
+        return (rs.num_tokens - rs.computed) + (rs.req.max_tokens - rs.generated) - 1 <= max(left)
 
     def admitted(self, ctx: ScanContext, rid: str) -> None:
-        if ctx.state.adapter(rid) > 0:
-            self._c.add(ctx.state.adapter(rid))
-        self.cohort.discard(rid)
-        if rid == self.star:
-            self.star, self.victims = None, set()
-            if self.cohort_admit:
-                st, a = ctx.state, ctx.state.adapter(rid)
-                if a > 0:
-                    self.cohort |= {r for r in st.waiting if st.adapter(r) == a and st.reqs[r].status == "waiting"}
-
-    def step_done(self, ctx: ScanContext, batch_loras: set[int]) -> None:
-        c = self._cap_set(ctx)
-        self.active_since = {a: self.active_since.get(a, ctx.step) for a in c}
+        guard = self._guard(ctx)
+        assert isinstance(guard, CohortGuard)
+        guard.cohort.discard(rid)
+        if rid == guard.star:
+            st, a = ctx.state, ctx.state.adapter(rid)
+            guard.cohort |= {r for r in st.waiting
+                             if r != rid and st.adapter(r) == a and st.reqs[r].status == "waiting"}
+        super().admitted(ctx, rid)
 
 
-class FairV3Gate(FairDrainGate):
-    """Fair rule v3 alone (both changes off): the baseline the changes are priced against."""
-
-    name = "fair_v3"
-
-    def __init__(self) -> None:
-        super().__init__(drain_admit=False, cohort_admit=False)
-
-
-class FairCohortGate(FairDrainGate):
-    """v3 plus the cohort change only."""
-
-    name = "fair_cohort"
-
-    def __init__(self) -> None:
-        super().__init__(drain_admit=False, cohort_admit=True)
+class FairDrainGate(FairCohortGate):
+    name = "fair_drain"
+    drain_admit = True

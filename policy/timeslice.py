@@ -25,7 +25,7 @@ in steps, `Config.starvation_steps`; "in use" = the adapter of a request in
 model (adapter 0) is always active and takes no slot (vLLM's cap), its queue
 competing in `next_entry`'s oldest-head order. Requests of inactive adapters
 are skipped; the active set already keeps the running adapters within
-`max_loras`, and vLLM's cap (`policy.gate.cap_blocks`) is applied on top.
+`max_loras`, and vLLM's cap (`policy.gate.vllm_cap_blocks`) is applied on top.
 
 What follows from the rule (searched for in `tests/test_reference_gates.py`):
 an adapter that is always in use is never cycled out (L384), so with a steady
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from policy.gate import Decision, ScanContext, cap_blocks
+from policy.gate import Decision, ScanContext, vllm_cap_blocks
 
 
 @dataclass
@@ -111,7 +111,7 @@ class TimesliceGate:
         a = ctx.state.adapter(rid)
         if a > 0 and a not in self.active:
             return Decision.SKIP, "timeslice"
-        if cap_blocks(ctx, a):
+        if vllm_cap_blocks(ctx, a):
             return Decision.SKIP, "lora_cap"
         return Decision.ADMIT, None
 

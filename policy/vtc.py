@@ -19,7 +19,7 @@ that file), where a client is a LoRA adapter (`req.adapter_dir`):
 
 Mapping to this model. The adapter's memory check becomes the LoRA cap: when
 the smallest-counter client's head is cap-blocked, the scan stops, as VTC
-closes the batch (vLLM's cap, `policy.gate.cap_blocks`). Token budget, seats
+closes the batch (vLLM's cap, `policy.gate.vllm_cap_blocks`). Token budget, seats
 and KV stop the scan in the core, as VTC's `break` does. The base model
 (adapter 0) is one more client. The prefill charge is the whole prompt at first
 admission (chunks are not charged again, nor the recompute after a
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from policy.gate import Decision, ScanContext, cap_blocks
+from policy.gate import Decision, ScanContext, vllm_cap_blocks
 
 INPUT_PRICE = 1  # vtc_req_queue.py L17
 OUTPUT_PRICE = 2
@@ -98,7 +98,7 @@ class VtcGate:
         return order
 
     def decide(self, ctx: ScanContext, rid: str) -> tuple[Decision, str | None]:
-        if cap_blocks(ctx, ctx.state.adapter(rid)):
+        if vllm_cap_blocks(ctx, ctx.state.adapter(rid)):
             return Decision.STOP, "vtc_stop"
         return Decision.ADMIT, None
 

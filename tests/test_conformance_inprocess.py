@@ -73,3 +73,25 @@ def test_starvation_fair_beats_vllm(tmp_path):
         first = next(r.step for r in steps if "victim-a3" in r.admitted)
         waits[policy] = first - 2
     assert waits["fair"] < waits["vllm"], waits
+
+
+def test_fair_under_vllm_defaults_async_kv_throttle(tmp_path):
+    """fair inside vLLM's `AsyncScheduler` with a KV pool that preempts and DP
+    prefill throttling: zero divergences from the reference, and every claim
+    holds on vLLM's own trace, bounded_wait included (one priority, so B
+    applies: `spec.check.bound_for` must compute it, not skip it)."""
+    preempted = throttled = 0
+    for seed in range(150):
+        cfg, wl = random_case(random.Random(20_000 + seed))
+        longest = max(r.prompt_tokens + r.max_tokens for r in wl.requests)
+        kv = -(-longest // cfg.block_size) + seed % 3  # the longest request, plus 0-2 blocks
+        cfg = replace(cfg, policy="fair", async_scheduling=True, kv_blocks=kv, queue="fcfs",
+                      prefill_schedule_interval=2 + seed % 2)
+        wl = replace(wl, requests=[replace(r, priority=0) for r in wl.requests])
+        out = _check(cfg, wl, tmp_path, "fair")
+        report = check_trace(str(out.trace))
+        assert report.bound is not None, report.bound_note
+        text = out.trace.read_text()
+        preempted += '"preempted":["' in text
+        throttled += '"throttle":true' in text
+    assert preempted >= 20 and throttled >= 20, (preempted, throttled)

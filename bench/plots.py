@@ -14,7 +14,7 @@ from bench.simulate import PolicyRun  # noqa: E402
 
 # One colour per policy, the same in every plot.
 POLICY_COLORS = {"blocking": "tab:blue", "vllm": "tab:orange", "fair": "tab:green", "drainer": "tab:red",
-                 "timeslice": "tab:purple", "vtc": "tab:brown", "fair_v3": "tab:olive",
+                 "timeslice": "tab:purple", "vtc": "tab:brown",
                  "fair_cohort": "tab:cyan", "fair_drain": "tab:pink"}
 
 

@@ -271,7 +271,7 @@ def main_optimum(args: argparse.Namespace, out: Path) -> int:
                     policies=("fair", "fair_cohort", "fair_drain", "drainer", "timeslice", "vtc"))
     print(f"== Best schedule under a wait bound (exhaustive search), worst small instance for {args.optimum} ==")
     print(f"config: max_loras {cfg.max_loras}, max_num_seqs {cfg.max_num_seqs}, "
-          f"max_num_batched_tokens {cfg.max_num_batched_tokens}")
+          f"max_num_batched_tokens {cfg.max_num_batched_tokens}, knob (starvation_steps) {cfg.starvation_steps}")
     print("requests (id, adapter, prompt, max_tokens, arrival): "
           + " ".join(f"({q.id},{q.adapter},{q.prompt_tokens},{q.max_tokens},{q.arrival})" for q in reqs))
     v = gap["vllm"]

@@ -150,9 +150,11 @@ def gap_table(cfg: Config, reqs: list[Request], bounds: list[int],
 
 
 def small_instance(rng, *, n_max: int = 9) -> tuple[Config, list[Request]]:
-    """A random instance inside the abstraction: max_loras 1-2, 2-4 seats, a budget holding every prompt."""
+    """A random instance inside the abstraction: max_loras 1-2, 2-4 seats, a budget holding every prompt;
+    the knob (`starvation_steps`) 0-8, so that the guards act on instances this small."""
     seats = rng.randint(2, 4)
-    cfg = Config(max_loras=rng.randint(1, 2), max_num_seqs=seats, max_num_batched_tokens=seats * 4)
+    cfg = Config(max_loras=rng.randint(1, 2), max_num_seqs=seats, max_num_batched_tokens=seats * 4,
+                 starvation_steps=rng.randint(0, 8))
     n = rng.randint(4, n_max)
     reqs = [Request(f"r{i}", rng.randint(0, 3), rng.randint(1, 4), rng.randint(1, 8), rng.randint(1, 8))
             for i in range(n)]
@@ -169,6 +171,8 @@ def small_mutate(cfg: Config, reqs: list[Request], rng, *, n_max: int = 9) -> tu
         cfg = replace(cfg, max_num_seqs=seats, max_num_batched_tokens=seats * 4)
     elif k < 0.15:
         cfg = replace(cfg, max_loras=3 - cfg.max_loras)
+    elif k < 0.18:
+        cfg = replace(cfg, starvation_steps=max(0, min(8, cfg.starvation_steps + rng.choice([-2, -1, 1, 2]))))
     elif k < 0.25 and len(reqs) < n_max:
         ids = {r.id for r in reqs}
         i = 0

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -144,6 +145,7 @@ def frontier(result: dict[str, list[dict]], path: Path) -> Path:
                 ax.scatter([max(d["wait"], 1)], [d["ratio"]], s=70, facecolors="none", edgecolors=color, zorder=3)
         ax.axhline(0.8, color="k", linestyle=":", linewidth=0.8)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_title(name, fontsize=8)
         ax.set_xlabel("worst wait (steps)")
         ax.set_ylabel("throughput / vllm")
@@ -151,7 +153,7 @@ def frontier(result: dict[str, list[dict]], path: Path) -> Path:
         ax.axis("off")
     axes.flat[0].legend(fontsize=6)
     fig.suptitle("frontier: knob values joined, ring = default knob (16); dotted = 0.8 of vllm", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.985))
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

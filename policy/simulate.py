@@ -7,6 +7,7 @@ import sys
 
 from policy.driver import DriverStuck, run
 from policy.workloads import seed_example, starvation_stream
+from spec.config import POLICIES
 
 SCENARIOS = {
     "seed": lambda: seed_example(long={"R4-L1": 2, "R14-L1": 2}, max_tokens=16),
@@ -15,7 +16,7 @@ SCENARIOS = {
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", choices=["blocking", "vllm", "fair"], default="vllm")
+    p.add_argument("--policy", choices=list(POLICIES), default="vllm")
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default="seed",
                    help="seed: PR #15422's running example (R4-L1 and R14-L1 finish first); "
                         "starvation: max_loras 2, a stream for adapters 1 and 2, one adapter-3 request")

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from spec.config import POLICIES
 from spec.observe import Observer
 from spec.properties import ALL_PROPERTIES, Violation
 from spec.state import peak_present
@@ -130,7 +131,7 @@ def format_report(report: CheckReport) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", help="a lora-sched-trace JSONL file")
-    p.add_argument("--policy", choices=["blocking", "vllm", "fair"],
+    p.add_argument("--policy", choices=list(POLICIES),
                    help="replay the trace through this reference policy step by step")
 
 

@@ -16,7 +16,8 @@ from bench.simulate import PolicyRun  # noqa: E402
 # One colour per policy, the same in every plot.
 POLICY_COLORS = {"blocking": "tab:blue", "vllm": "tab:orange", "fair": "tab:green", "drainer": "tab:red",
                  "timeslice": "tab:purple", "vtc": "tab:brown",
-                 "fair_cohort": "tab:cyan", "fair_drain": "tab:pink"}
+                 "fair_cohort": "tab:cyan", "fair_drain": "tab:pink",
+                 "fair_lrw": "tab:gray"}
 
 
 def wait_distribution(runs: dict[str, PolicyRun], path: Path) -> Path:

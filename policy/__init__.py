@@ -5,7 +5,7 @@ from __future__ import annotations
 from policy.blocking import BlockingGate
 from policy.drainer import DrainerGate
 from policy.fair import FairGate
-from policy.fair_drain import FairCohortGate, FairDrainGate
+from policy.fair_drain import FairCohortGate, FairDrainGate, FairLrwGate
 from policy.gate import Gate
 from policy.timeslice import TimesliceGate
 from policy.vllm import VllmGate
@@ -15,11 +15,11 @@ from spec.config import POLICIES, Config
 GATES = {"blocking": BlockingGate, "vllm": VllmGate, "fair": FairGate,
          # the field's policies as references, and fair prototypes priced on the frontier
          "drainer": DrainerGate, "timeslice": TimesliceGate, "vtc": VtcGate,
-         "fair_cohort": FairCohortGate, "fair_drain": FairDrainGate}
+         "fair_cohort": FairCohortGate, "fair_drain": FairDrainGate, "fair_lrw": FairLrwGate}
 # Gates that hold requests on purpose without declaring those holds on a
 # trace (spec.properties.PolicyHolds): they do not claim no_hol_blocking.
-UNDECLARED_HOLDS = {"drainer", "timeslice", "vtc", "fair_cohort", "fair_drain"}
-FAIR_CAP = {"fair", "fair_cohort", "fair_drain"}  # cap over every running request's adapter
+UNDECLARED_HOLDS = {"drainer", "timeslice", "vtc", "fair_cohort", "fair_drain", "fair_lrw"}
+FAIR_CAP = {"fair", "fair_cohort", "fair_drain", "fair_lrw"}  # cap over every running request's adapter
 assert tuple(GATES) == POLICIES, "spec.config.POLICIES lists the policies, in this order"
 
 
@@ -41,8 +41,8 @@ def claims(policy: str, config: Config, *, skipped_running: bool = False) -> set
       `drainer` gives up `fifo_within_adapter` (its 1.2x tolerance admits a
       short request of a draining adapter past a long one); `drainer`,
       `timeslice` and `vtc` give up `no_hol_blocking`, and `drainer` and
-      `timeslice` are shown to starve. The fair prototypes `fair_cohort` and
-      `fair_drain` claim what `fair` claims but `no_hol_blocking` (their holds
+      `timeslice` are shown to starve. The fair prototypes `fair_cohort`,
+      `fair_drain` and `fair_lrw` claim what `fair` claims but `no_hol_blocking` (their holds
       are not declared on traces yet).
     """
     claimed = {"capacity", "conservation", "fifo_within_adapter"}

@@ -109,3 +109,29 @@ class FairCohortGate(FairGate):
 class FairDrainGate(FairCohortGate):
     name = "fair_drain"
     drain_admit = True
+
+
+class FairLrwGate(FairDrainGate):
+    """`fair_drain` whose victim is the slot-holding adapter with the least
+    remaining work (its longest running request's tokens still to compute plus
+    outputs still to produce), as SGLang's drainer picks the adapter with the
+    fewest remaining tokens (`policy.drainer`), instead of the one that has
+    held its slot longest. Any victim serves B's argument in `policy.fair`
+    (a victim gains no request and leaves within D steps); the shortest one
+    leaves first and idles the fewest seats."""
+
+    name = "fair_lrw"
+
+    def decide(self, ctx: ScanContext, rid: str) -> tuple[Decision, str | None]:
+        guard = self._guard(ctx)
+        if rid == guard.star:
+            active = running_loras(ctx)
+            if cap_blocks(active, guard.star_adapter, guard.max_loras) and not (guard.victims & active):
+                st = ctx.state
+
+                def work(a: int) -> int:
+                    return max(st.reqs[r].num_tokens - st.reqs[r].computed + st.reqs[r].req.max_tokens
+                               - st.reqs[r].generated for r in st.running if st.adapter(r) == a)
+
+                guard.victims.add(min(active, key=lambda a: (work(a), a)))
+        return super().decide(ctx, rid)

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 QUEUES = ("fcfs", "priority")
-POLICIES = ("blocking", "vllm", "fair", "drainer", "timeslice", "vtc", "fair_cohort", "fair_drain")
+POLICIES = ("blocking", "vllm", "fair", "drainer", "timeslice", "vtc", "fair_cohort", "fair_drain", "fair_lrw")
 
 
 class ConfigError(ValueError):

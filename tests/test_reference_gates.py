@@ -170,7 +170,7 @@ def test_vtc_stops_behind_a_blocked_client():
 
 @pytest.mark.parametrize("variant", ["sync", "async+throttle"])
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("policy", ["fair_cohort", "fair_drain"])
+@pytest.mark.parametrize("policy", ["fair_cohort", "fair_drain", "fair_lrw"])
 @pytest.mark.parametrize("s", [0, 16])
 def test_fair_prototypes_worst_wait_does_not_grow(policy, family, variant, s):
     """The fair prototypes keep what `tests/test_fair_growth.py` asks of fair:

@@ -38,8 +38,8 @@ from spec.config import Config
 from spec.request import Request
 from spec.state import peak_present
 
-SEARCH_POLICIES = ("fair", "fair_cohort", "fair_drain", "drainer", "timeslice", "vtc")
-BOUND_POLICIES = ("fair", "fair_cohort", "fair_drain")
+SEARCH_POLICIES = ("fair", "fair_cohort", "fair_drain", "fair_lrw", "drainer", "timeslice", "vtc")
+BOUND_POLICIES = ("fair", "fair_cohort", "fair_drain", "fair_lrw")
 LIMITS = {"max_loras": (1, 4), "max_num_seqs": (1, 32), "max_num_batched_tokens": (4, 256),
           "n": (2, 48), "adapters": (0, 6), "prompt": (1, 32), "output": (1, 32), "arrival": (1, 40)}
 

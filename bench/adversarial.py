@@ -30,13 +30,13 @@ import random
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bench.families import FAMILY_DIR, known_family, save, to_json
-from bench.simulate import progress
-from policy.driver import RunResult, Workload, run
-from policy.fair import workload_bound
-from spec.config import Config
-from spec.request import Request
-from spec.state import peak_present
+from lora_sched.bench.families import FAMILY_DIR, known_family, save, to_json
+from lora_sched.bench.simulate import progress
+from lora_sched.policy.driver import RunResult, Workload, run
+from lora_sched.policy.fair import workload_bound
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
+from lora_sched.spec.state import peak_present
 
 SEARCH_POLICIES = ("fair", "fair_cohort", "fair_drain", "fair_lrw", "drainer", "timeslice", "vtc")
 BOUND_POLICIES = ("fair", "fair_cohort", "fair_drain", "fair_lrw")

@@ -20,8 +20,8 @@ import json
 import random
 from pathlib import Path
 
-from spec.config import Config, ConfigError
-from spec.request import Request
+from lora_sched.spec.config import Config, ConfigError
+from lora_sched.spec.request import Request
 
 FAMILY_DIR = Path(__file__).resolve().parent / "families"
 REQUEST_FIELDS = ("id", "adapter", "prompt_tokens", "max_tokens", "arrival")
@@ -88,7 +88,7 @@ def load(path: Path) -> tuple[str, Config, list[Request], dict]:
 
 def coded_families() -> dict[str, tuple[Config, list[Request]]]:
     """The families built by code: the tuning set (seed shapes, the stream) and the known family."""
-    from bench.sweeps import tuning_workloads
+    from lora_sched.bench.sweeps import tuning_workloads
 
     fams = dict(tuning_workloads())
     fams["known max_loras 1 (issue 11)"] = known_family()

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bench.costmodel import DEFAULT, CostModel
-from bench.simulate import progress, simulate_policy
-from spec.config import Config
-from spec.request import Request
+from lora_sched.bench.costmodel import DEFAULT, CostModel
+from lora_sched.bench.simulate import progress, simulate_policy
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
 
 KNOBS = (0, 4, 8, 16, 32, 64)
 DEFAULT_KNOB = 16  # Config.starvation_steps

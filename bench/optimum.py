@@ -29,9 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import product
 
-from policy.driver import Workload, run
-from spec.config import Config
-from spec.request import Request
+from lora_sched.policy.driver import Workload, run
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
 
 
 class AbstractionError(ValueError):

@@ -34,14 +34,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+from lora_sched.bench.costmodel import DEFAULT, SEED_PR, CostModel, StepFeatures, fit
+from lora_sched.policy.driver import RunResult, Workload, run
+from lora_sched.policy.workloads import seed_mix
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
 
-from bench.costmodel import DEFAULT, SEED_PR, CostModel, StepFeatures, fit
-from policy.driver import RunResult, Workload, run
-from policy.workloads import seed_mix
-from spec.config import Config
-from spec.request import Request
-
-POLICIES = ("blocking", "vllm", "fair")
 SEED_PROMPTS = 500
 SEED_INPUT_TOKENS = 124520
 SEED_OUTPUT = 120

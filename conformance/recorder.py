@@ -27,14 +27,13 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request as SpecRequest
+from lora_sched.spec.state import StepRecord
+from lora_sched.spec.trace import TraceWriter
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import RequestStatus
-
-from spec.config import Config
-from spec.request import Request as SpecRequest
-from spec.state import StepRecord
-from spec.trace import TraceWriter
 
 TRACE_ENV = "LORA_SCHED_TRACE"
 SOURCE = "vllm 0.32.0"
@@ -72,6 +71,7 @@ def config_of(sched: Scheduler, policy: str, *, async_scheduling: bool | None = 
                           else async_scheduling),
         policy=policy,
         starvation_steps=int(getattr(sched, "starvation_steps", Config().starvation_steps)),
+        prefill_schedule_interval=int(getattr(sc, "prefill_schedule_interval", 1) or 1),
     )
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from policy.blocking import BlockingGate
-from policy.drainer import DrainerGate
-from policy.fair import FairGate
-from policy.fair_drain import FairCohortGate, FairDrainGate, FairLrwGate
-from policy.gate import Gate
-from policy.timeslice import TimesliceGate
-from policy.vllm import VllmGate
-from policy.vtc import VtcGate
-from spec.config import POLICIES, Config
+from lora_sched.policy.blocking import BlockingGate
+from lora_sched.policy.drainer import DrainerGate
+from lora_sched.policy.fair import FairGate
+from lora_sched.policy.fair_drain import FairCohortGate, FairDrainGate, FairLrwGate
+from lora_sched.policy.gate import Gate
+from lora_sched.policy.timeslice import TimesliceGate
+from lora_sched.policy.vllm import VllmGate
+from lora_sched.policy.vtc import VtcGate
+from lora_sched.spec.config import POLICIES, REFERENCE_POLICIES, Config
 
 GATES = {"blocking": BlockingGate, "vllm": VllmGate, "fair": FairGate,
          # the field's policies as references, and fair prototypes priced on the frontier
@@ -20,7 +20,7 @@ GATES = {"blocking": BlockingGate, "vllm": VllmGate, "fair": FairGate,
 # trace (spec.properties.PolicyHolds): they do not claim no_hol_blocking.
 UNDECLARED_HOLDS = {"drainer", "timeslice", "vtc", "fair_cohort", "fair_drain", "fair_lrw"}
 FAIR_CAP = {"fair", "fair_cohort", "fair_drain", "fair_lrw"}  # cap over every running request's adapter
-assert tuple(GATES) == POLICIES, "spec.config.POLICIES lists the policies, in this order"
+assert tuple(GATES) == POLICIES + REFERENCE_POLICIES, "spec.config lists the policies, in this order"
 
 
 def claims(policy: str, config: Config, *, skipped_running: bool = False) -> set[str]:
@@ -42,8 +42,8 @@ def claims(policy: str, config: Config, *, skipped_running: bool = False) -> set
       short request of a draining adapter past a long one); `drainer`,
       `timeslice` and `vtc` give up `no_hol_blocking`, and `drainer` and
       `timeslice` are shown to starve. The fair prototypes `fair_cohort`,
-      `fair_drain` and `fair_lrw` claim what `fair` claims but `no_hol_blocking` (their holds
-      are not declared on traces yet).
+      `fair_drain` and `fair_lrw` claim what `fair` claims but
+      `no_hol_blocking` (their holds are not declared on traces yet).
     """
     claimed = {"capacity", "conservation", "fifo_within_adapter"}
     unscheduled = skipped_running or config.prefill_schedule_interval > 1

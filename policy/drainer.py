@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from policy.gate import Decision, ScanContext, vllm_cap_blocks
+from lora_sched.policy.gate import Decision, ScanContext, vllm_cap_blocks
 
 DRAIN_SCHEDULE_TOLERANCE = 1.2  # lora_drainer.py L25
 

@@ -42,9 +42,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from policy.fair import FairGate, FairGuard
-from policy.gate import Decision, ScanContext, running_loras
-from spec.cap import cap_blocks
+from lora_sched.policy.fair import FairGate, FairGuard
+from lora_sched.policy.gate import Decision, ScanContext, running_loras
+from lora_sched.spec.cap import cap_blocks
 
 
 @dataclass

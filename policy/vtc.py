@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from policy.gate import Decision, ScanContext, vllm_cap_blocks
+from lora_sched.policy.gate import Decision, ScanContext, vllm_cap_blocks
 
 INPUT_PRICE = 1  # vtc_req_queue.py L17
 OUTPUT_PRICE = 2

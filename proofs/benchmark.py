@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from proofs import encoding as enc
-from proofs import engine
+from lora_sched.proofs import encoding as enc
+from lora_sched.proofs import engine
 
 BIG = enc.Bounds(requests=8, adapters=3, max_prompt=2, max_output=2, max_loras=(2, 2), max_num_seqs=(1, 4),
                  max_num_batched_tokens=(1, 6), starvation_steps=(0, 3))

@@ -3,7 +3,7 @@
 One short run per policy, then the failure behaviours: a server that cannot
 start gives a clear error with its log tail; a server killed mid-run gives a
 partial-trace report and a non-zero exit. These tests need the `vllm` extra
-(CI installs it); they are not skipped.
+(CI installs it); they are not skipped, they are marked `vllm` and `live`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from lora_sched.conformance import cli
 
-from conformance import cli
+pytestmark = [pytest.mark.vllm, pytest.mark.live]
 
 
 def _args(tmp_path, **kw):
@@ -77,10 +78,9 @@ def test_readme_deploy_command(tmp_path):
     the variables it names pointing at the locally generated model and
     adapters), serves base and LoRA requests through the OpenAI client with
     fair loaded and its setting applied."""
+    from lora_sched.conformance.assets import ensure_assets
+    from lora_sched.conformance.server import free_port, log_tail
     from openai import OpenAI
-
-    from conformance.assets import ensure_assets
-    from conformance.server import free_port, log_tail
 
     assets = ensure_assets(3)
     port = free_port()

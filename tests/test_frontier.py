@@ -7,10 +7,10 @@ import json
 import random
 
 import pytest
+from lora_sched.bench.adversarial import Instance, climb, evaluate, known_instance, mutate
+from lora_sched.bench.families import FAMILY_DIR, FamilyError, load
+from lora_sched.bench.frontier import dominated, points
 
-from bench.adversarial import Instance, climb, evaluate, known_instance, mutate
-from bench.families import FAMILY_DIR, FamilyError, load
-from bench.frontier import dominated, points
 from lora_sched.cli import main as cli_main
 
 
@@ -92,9 +92,9 @@ def test_optimum_of_a_hand_solved_instance():
     each, both at step 1: the slot serialises them, so the best schedule ends
     at step 4 whatever the wait bound >= 2; a bound of 1 is infeasible (one of
     them must wait 2 steps), and the core's vllm agrees with the optimum."""
-    from bench.optimum import best_schedule, check_abstraction, reference_last_step
-    from spec.config import Config
-    from spec.request import Request
+    from lora_sched.bench.optimum import best_schedule, check_abstraction, reference_last_step
+    from lora_sched.spec.config import Config
+    from lora_sched.spec.request import Request
 
     cfg = Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=8)
     reqs = [Request("a", 1, 2, 2, 1), Request("b", 2, 2, 2, 1)]
@@ -109,7 +109,7 @@ def test_optimum_search_matches_the_core_on_random_small_instances():
     """The abstraction's claim, checked: for random small instances inside it,
     the unbounded optimum is never later than vllm's run through the real core,
     and vllm's own worst wait as the bound is feasible by vllm's end."""
-    from bench.optimum import check_abstraction, small_instance, small_mutate
+    from lora_sched.bench.optimum import check_abstraction, small_instance, small_mutate
 
     rng = random.Random(11)
     for _ in range(12):

@@ -6,9 +6,9 @@ import importlib.util
 import json
 from pathlib import Path
 
-from proofs import encoding as enc
-from proofs import engine
-from proofs.cex import emit_test, write_itf
+from lora_sched.proofs import encoding as enc
+from lora_sched.proofs import engine
+from lora_sched.proofs.cex import emit_test, write_itf
 
 
 def test_blocking_hol_cex_is_shortest_and_replays(tmp_path: Path) -> None:

@@ -13,12 +13,11 @@ import random
 
 import pytest
 import z3
-
-from policy import make_gate
-from policy.core import Scheduler
-from proofs import encoding as enc
-from spec.config import Config
-from spec.request import Request
+from lora_sched.policy import make_gate
+from lora_sched.policy.core import Scheduler
+from lora_sched.proofs import encoding as enc
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
 
 B = enc.Bounds(requests=7, adapters=3, max_prompt=4, max_output=3, max_loras=(1, 2), max_num_seqs=(1, 3),
                max_num_batched_tokens=(1, 6), starvation_steps=(0, 3), skip=True)
@@ -152,9 +151,4 @@ def test_smt_step_equals_python_step(policy: str) -> None:
     tmpl = Template(policy)
     budget = [STEPS_PER_POLICY]
     while budget[0] > 0:
-        try:
-            random_run(policy, rnd, tmpl, budget)
-        except AssertionError as exc:
-            if "vLLM asserts this" in str(exc):
-                continue  # the skip drove the reference into vLLM's batch-cap assert
-            raise
+        random_run(policy, rnd, tmpl, budget)

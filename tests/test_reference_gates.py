@@ -23,20 +23,20 @@ import tempfile
 from dataclasses import replace
 
 import pytest
-from hypothesis import find
+from hypothesis import find, given
 from hypothesis import strategies as st
+from lora_sched.policy.driver import Workload, run
+from lora_sched.policy.fair import workload_bound
+from lora_sched.policy.workloads import FAMILIES
+from lora_sched.spec.check import check_trace
+from lora_sched.spec.config import REFERENCE_POLICIES, Config
+from lora_sched.spec.request import Request
+from lora_sched.spec.state import peak_present
+from lora_sched.spec.trace import read_trace
 from strategies import scenarios
 from test_fair_growth import LENGTHS, VARIANTS
 from test_search_violations import SEARCH, STARVE_BOUND, adapter_streams
-
-from policy.driver import Workload, run
-from policy.fair import workload_bound
-from policy.workloads import FAMILIES
-from spec.check import check_trace
-from spec.config import Config
-from spec.request import Request
-from spec.state import peak_present
-from spec.trace import read_trace
+from test_state_machines import _round_trip
 
 
 def _worst(cfg, wl, policy):
@@ -186,3 +186,11 @@ def test_fair_prototypes_worst_wait_does_not_grow(policy, family, variant, s):
         bounds.append(workload_bound(result.config, wl.requests, queue=peak_present(result.records)))
     assert worst[-1] <= worst[0], f"{policy} {family}/{variant}/S={s}: worst wait grows {worst}"
     assert all(w <= b for w, b in zip(worst, bounds, strict=True)), (worst, bounds)
+
+
+@given(st.sampled_from(REFERENCE_POLICIES).flatmap(lambda p: scenarios(policy=p)))
+def test_reference_gate_traces_round_trip(scenario):
+    """The reference gates' traces go through the strict reader, replay through
+    their own gate with zero divergence, and the checker finds no violation of
+    what they claim (as `test_state_machines` does for the shipped policies)."""
+    _round_trip(scenario)

@@ -6,11 +6,11 @@ aborts and steps on a random small config, and feeds the same events to
 `spec.observe.Observer`, which re-derives the state from the events alone
 and evaluates the step predicates of `spec.properties`. After every step the
 test asserts that no property the policy claims (`policy.claims`) is
-violated; for `fair` (and its prototypes `fair_cohort`, `fair_drain`, `fair_lrw`) it also
-checks bounded_wait with `policy.fair.fair_bound` (Q the observed peak) at
-teardown, after draining the run, where `policy.fair.bound_applies` (one
-priority, no skips). The reference gates `drainer`, `timeslice` and `vtc` run
-here too, for what they claim.
+violated; for `fair` (and its prototypes `fair_cohort`, `fair_drain`,
+`fair_lrw`) it also checks bounded_wait with `policy.fair.fair_bound` (Q the
+observed peak) at teardown, after draining the run, where
+`policy.fair.bound_applies` (one priority, no skips). The reference gates
+`drainer`, `timeslice` and `vtc` run here too, for what they claim.
 
 Configs include async scheduling, KV pools that preempt, the priority queue
 and DP prefill throttling (`prefill_schedule_interval`, steps throttled as
@@ -32,18 +32,17 @@ import tempfile
 from hypothesis import given, note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from lora_sched.policy import FAIR_CAP, claims, make_gate
+from lora_sched.policy.core import Scheduler
+from lora_sched.policy.driver import Workload, run
+from lora_sched.policy.fair import FairHolds, bound_applies, fair_bound, workload_bound
+from lora_sched.policy.replay import replay
+from lora_sched.spec.check import check_trace
+from lora_sched.spec.config import Config, throttled
+from lora_sched.spec.observe import Observer
+from lora_sched.spec.request import Request
+from lora_sched.spec.trace import read_trace
 from strategies import bounds, configs, scenarios
-
-from policy import FAIR_CAP, claims, make_gate
-from policy.core import Scheduler
-from policy.driver import Workload, run
-from policy.fair import FairHolds, bound_applies, fair_bound, workload_bound
-from policy.replay import replay
-from spec.check import check_trace
-from spec.config import Config, throttled
-from spec.observe import Observer
-from spec.request import Request
-from spec.trace import read_trace
 
 MAX_REQUESTS = 16
 DRAIN_LIMIT = 2000  # steps; a completable run needs far fewer
@@ -191,7 +190,7 @@ class PolicyMachine(RuleBasedStateMachine):
             bound = fair_bound(self.cfg, queue=self.peak, max_prompt=max(r.prompt_tokens for r in reqs),
                                max_output=max(r.max_tokens for r in reqs))
             found = self.obs.close(bound)
-            assert not found, f"{self.policy}: fair's bound B = {bound} broken: {[str(v) for v in found]}"
+            assert not found, f"fair's bound B = {bound} broken: {[str(v) for v in found]}"
 
 
 class BlockingMachine(PolicyMachine):
@@ -204,6 +203,11 @@ class VllmMachine(PolicyMachine):
 
 class FairMachine(PolicyMachine):
     policy = "fair"
+
+
+TestBlocking = BlockingMachine.TestCase
+TestVllm = VllmMachine.TestCase
+TestFair = FairMachine.TestCase
 
 
 class DrainerMachine(PolicyMachine):
@@ -230,9 +234,6 @@ class FairLrwMachine(PolicyMachine):
     policy = "fair_lrw"
 
 
-TestBlocking = BlockingMachine.TestCase
-TestVllm = VllmMachine.TestCase
-TestFair = FairMachine.TestCase
 TestDrainer = DrainerMachine.TestCase
 TestTimeslice = TimesliceMachine.TestCase
 TestVtc = VtcMachine.TestCase

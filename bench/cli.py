@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -36,6 +37,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--docs-img", default=None, help="also copy the plots into this directory")
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--live", action="store_true", help="run the policies inside the CPU vLLM server")
+    parser.add_argument("--adversarial", action="store_true",
+                        help="hill-climb each policy's worst workloads; save them under bench/families/")
+    parser.add_argument("--frontier", action="store_true",
+                        help="worst wait vs throughput per policy and knob, per family; table + frontier.png")
+    parser.add_argument("--optimum", metavar="POLICY", default=None,
+                        help="hill-climb a small instance against POLICY, then the best schedule under "
+                             "wait bounds by exhaustive search (bench.optimum)")
+    adv = parser.add_argument_group("adversarial / frontier / optimum modes")
+    adv.add_argument("--iters", type=int, default=250, help="hill-climbing steps per restart")
+    adv.add_argument("--restarts", type=int, default=2, help="restarts per (policy, objective)")
+    adv.add_argument("--seed", type=int, default=0, help="search seed")
+    adv.add_argument("--families-dir", default=None, help="where families are saved / read (default bench/families)")
     live = parser.add_argument_group("live mode (--live)")
     live.add_argument("--live-prompts", type=int, default=LIVE_PROMPTS, help="requests per policy (--num-prompts)")
     live.add_argument("--live-output", type=int, default=LIVE_OUTPUT,
@@ -59,6 +72,10 @@ def main(args: argparse.Namespace) -> int:
         from lora_sched.bench.live import main_live
 
         return main_live(args)
+    if args.optimum:
+        return main_optimum(args, out)
+    if args.adversarial or args.frontier:
+        return main_search(args, out)
     t_start = time.perf_counter()
     report: dict = {"cost_model": DEFAULT.to_dict(), "seed": SEED_ROWS}
     model = DEFAULT
@@ -160,4 +177,78 @@ def main(args: argparse.Namespace) -> int:
     report["wall_s"] = time.perf_counter() - t_start
     (out / "results.json").write_text(json.dumps(report, indent=1, default=str))
     progress(f"done in {report['wall_s']:.1f} s; results in {out / 'results.json'}")
+    return 0
+
+
+def main_search(args: argparse.Namespace, out: Path) -> int:
+    """`--adversarial` and/or `--frontier` (`bench.adversarial`, `bench.frontier`)."""
+    from lora_sched.bench.adversarial import print_rows, search
+    from lora_sched.bench.families import FAMILY_DIR, FamilyError, all_families
+    from lora_sched.bench.frontier import frontier, print_table
+
+    t_start = time.perf_counter()
+    fam_dir = Path(args.families_dir) if args.families_dir else FAMILY_DIR
+    report: dict = {"command": "bench", "seed": args.seed}
+    progress(f"seed {args.seed}, families in {fam_dir}")
+    if args.adversarial:
+        rows = search(iters=args.iters, restarts=args.restarts, seed=args.seed, out_dir=fam_dir)
+        report["adversarial"] = rows
+        print_rows(rows)
+    if args.frontier:
+        try:
+            fams = all_families(fam_dir)
+        except FamilyError as exc:
+            print(f"error: {exc}")
+            return 2
+        result = frontier(fams)
+        report["frontier"] = result
+        print()
+        print_table(result)
+        if not args.no_plots:
+            from lora_sched.bench import plots
+            path = plots.frontier(result, out / "frontier.png")
+            report["plots"] = [str(path)]
+            if args.docs_img:
+                dest = Path(args.docs_img)
+                dest.mkdir(parents=True, exist_ok=True)
+                shutil.copy(path, dest / "frontier.png")
+    report["wall_s"] = time.perf_counter() - t_start
+    name = "search.json"
+    (out / name).write_text(json.dumps(report, indent=1, default=str))
+    progress(f"done in {report['wall_s']:.1f} s; results in {out / name}")
+    return 0
+
+
+def main_optimum(args: argparse.Namespace, out: Path) -> int:
+    """`--optimum POLICY`: the policy's worst small instance, and the best schedule
+    of it under each wait bound (`bench.optimum`)."""
+    from lora_sched.bench.optimum import gap_table, small_adversarial
+    from lora_sched.spec.config import Config
+    from lora_sched.spec.request import Request
+
+    if args.optimum not in ("fair", "fair_cohort", "fair_drain", "fair_lrw", "drainer", "timeslice", "vtc"):
+        print(f"error: --optimum: unknown policy {args.optimum!r}")
+        return 2
+    progress(f"seed {args.seed}: hill climbing a small instance against {args.optimum} ({args.iters} steps)")
+    found = small_adversarial(args.optimum, iters=args.iters, seed=args.seed)
+    cfg = Config.from_dict(found["config"])
+    reqs = [Request(**q) for q in found["requests"]]
+    hi = max(found["wait"], found["vllm"]["wait"]) + 2
+    gap = gap_table(cfg, reqs, list(range(0, hi + 1, 2)),
+                    policies=("fair", "fair_cohort", "fair_drain", "fair_lrw", "drainer", "timeslice", "vtc"))
+    print(f"== Best schedule under a wait bound (exhaustive search), worst small instance for {args.optimum} ==")
+    print(f"config: max_loras {cfg.max_loras}, max_num_seqs {cfg.max_num_seqs}, "
+          f"max_num_batched_tokens {cfg.max_num_batched_tokens}, knob (starvation_steps) {cfg.starvation_steps}")
+    print("requests (id, adapter, prompt, max_tokens, arrival): "
+          + " ".join(f"({q.id},{q.adapter},{q.prompt_tokens},{q.max_tokens},{q.arrival})" for q in reqs))
+    v = gap["vllm"]
+    print(f"vllm: last step {v['last_step']}, worst wait {v['wait']}")
+    for p, r in gap["policies"].items():
+        print(f"{p:12} last step {r['last_step']:>4}, worst wait {r['wait']:>4}, ratio vs vllm {r['ratio']:.3f}")
+    print(f"{'wait bound W':>13}{'optimum last step':>19}{'best ratio vs vllm':>20}{'states':>9}")
+    for row in gap["rows"]:
+        opt = "infeasible" if row["optimum_last_step"] is None else row["optimum_last_step"]
+        cap = "-" if row["ratio_cap"] is None else f"{row['ratio_cap']:.3f}"
+        print(f"{row['wait_bound']:>13}{opt:>19}{cap:>20}{row['states']:>9}")
+    (out / "optimum.json").write_text(json.dumps({"instance": found, "gap": gap}, indent=1, default=str))
     return 0

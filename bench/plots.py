@@ -8,12 +8,15 @@ import shutil
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from lora_sched.bench.simulate import PolicyRun  # noqa: E402
 
-COLORS = {"blocking": "tab:red", "vllm": "tab:blue", "fair": "tab:green"}
+COLORS = {"blocking": "tab:red", "vllm": "tab:blue", "fair": "tab:green", "drainer": "tab:orange",
+          "timeslice": "tab:purple", "vtc": "tab:brown", "fair_cohort": "tab:cyan", "fair_drain": "tab:pink",
+          "fair_lrw": "tab:gray"}
 
 
 def color(policy: str) -> str:
@@ -122,6 +125,41 @@ def live(runs: dict[str, dict], path: Path) -> Path:
     axes[1].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def frontier(result: dict[str, list[dict]], path: Path) -> Path:
+    """Per family: worst wait (x, log) against throughput vs vllm (y), one colour
+    per policy, its knob values joined by a line; a ring marks the default knob."""
+    from lora_sched.bench.frontier import DEFAULT_KNOB, KNOBBED
+
+    names = list(result)
+    cols = 3
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.8 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        pts = result[name]
+        for policy in dict.fromkeys(p["policy"] for p in pts):
+            mine = sorted((p for p in pts if p["policy"] == policy), key=lambda p: p["knob"] or 0)
+            c = color(policy)
+            ax.plot([max(p["wait"], 1) for p in mine], [p["ratio"] for p in mine], "o-", color=c,
+                    label=policy, markersize=3, linewidth=1)
+            d = next((p for p in mine if p["knob"] == (DEFAULT_KNOB if policy in KNOBBED else None)), None)
+            if d is not None:
+                ax.scatter([max(d["wait"], 1)], [d["ratio"]], s=70, facecolors="none", edgecolors=c, zorder=3)
+        ax.axhline(0.8, color="k", linestyle=":", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_title(name, fontsize=8)
+        ax.set_xlabel("worst wait (steps)")
+        ax.set_ylabel("throughput / vllm")
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=6)
+    fig.suptitle("frontier: knob values joined, ring = default knob (16); dotted = 0.8 of vllm", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.985))
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 

@@ -6,9 +6,11 @@ aborts and steps on a random small config, and feeds the same events to
 `spec.observe.Observer`, which re-derives the state from the events alone
 and evaluates the step predicates of `spec.properties`. After every step the
 test asserts that no property the policy claims (`policy.claims`) is
-violated; for `fair` it also checks bounded_wait with `policy.fair.fair_bound`
-(Q the observed peak) at teardown, after draining the run, where
-`policy.fair.bound_applies` (one priority, no skips).
+violated; for `fair` (and its prototypes `fair_cohort`, `fair_drain`,
+`fair_lrw`) it also checks bounded_wait with `policy.fair.fair_bound` (Q the
+observed peak) at teardown, after draining the run, where
+`policy.fair.bound_applies` (one priority, no skips). The reference gates
+`drainer`, `timeslice` and `vtc` run here too, for what they claim.
 
 Configs include async scheduling, KV pools that preempt, the priority queue
 and DP prefill throttling (`prefill_schedule_interval`, steps throttled as
@@ -30,7 +32,7 @@ import tempfile
 from hypothesis import given, note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from lora_sched.policy import claims, make_gate
+from lora_sched.policy import FAIR_CAP, claims, make_gate
 from lora_sched.policy.core import Scheduler
 from lora_sched.policy.driver import Workload, run
 from lora_sched.policy.fair import FairHolds, bound_applies, fair_bound, workload_bound
@@ -107,7 +109,7 @@ class PolicyMachine(RuleBasedStateMachine):
     def step(self, data):
         """One `schedule()` plus its output, maybe skipping base-model running requests."""
         st_ = self.sched.state
-        skippable = sorted(r for r in st_.running if self.policy == "fair" or st_.adapter(r) == 0)
+        skippable = sorted(r for r in st_.running if self.policy in FAIR_CAP or st_.adapter(r) == 0)
         skip = frozenset()
         if skippable and data.draw(st.integers(0, 3), label="skip?") == 0:
             skip = frozenset(data.draw(st.sets(st.sampled_from(skippable), min_size=1), label="skip"))
@@ -184,7 +186,7 @@ class PolicyMachine(RuleBasedStateMachine):
         st_ = self.sched.state
         assert set(st_.reqs) == st_.finished | st_.aborted, "a request neither finished nor aborted"
         reqs = list(self.reqs.values())
-        if self.policy == "fair" and reqs and bound_applies(self.cfg, (r.priority for r in reqs)) is None:
+        if self.policy in FAIR_CAP and reqs and bound_applies(self.cfg, (r.priority for r in reqs)) is None:
             bound = fair_bound(self.cfg, queue=self.peak, max_prompt=max(r.prompt_tokens for r in reqs),
                                max_output=max(r.max_tokens for r in reqs))
             found = self.obs.close(bound)
@@ -206,6 +208,38 @@ class FairMachine(PolicyMachine):
 TestBlocking = BlockingMachine.TestCase
 TestVllm = VllmMachine.TestCase
 TestFair = FairMachine.TestCase
+
+
+class DrainerMachine(PolicyMachine):
+    policy = "drainer"
+
+
+class TimesliceMachine(PolicyMachine):
+    policy = "timeslice"
+
+
+class VtcMachine(PolicyMachine):
+    policy = "vtc"
+
+
+class FairCohortMachine(PolicyMachine):
+    policy = "fair_cohort"
+
+
+class FairDrainMachine(PolicyMachine):
+    policy = "fair_drain"
+
+
+class FairLrwMachine(PolicyMachine):
+    policy = "fair_lrw"
+
+
+TestDrainer = DrainerMachine.TestCase
+TestTimeslice = TimesliceMachine.TestCase
+TestVtc = VtcMachine.TestCase
+TestFairCohort = FairCohortMachine.TestCase
+TestFairDrain = FairDrainMachine.TestCase
+TestFairLrw = FairLrwMachine.TestCase
 
 
 def _round_trip(scenario):

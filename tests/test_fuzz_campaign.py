@@ -16,7 +16,6 @@ import os
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # before Ray is imported, as fuzz/__init__.py does
 
 import pytest  # noqa: E402
-import ray  # noqa: E402
 from lora_sched.fuzz.campaign import Options, run_campaign  # noqa: E402
 from lora_sched.fuzz.runner import run_case  # noqa: E402
 from lora_sched.fuzz.space import FuzzCase  # noqa: E402
@@ -28,6 +27,7 @@ COUNT = 16  # seed 14 runs `vllm` and diverges from the planted reference
 
 @pytest.fixture(scope="module")
 def cluster():
+    import ray  # the fuzz extra: imported here so `pytest -m "not vllm"` collects without it
     from ray.cluster_utils import Cluster
 
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "node_ip_address": "127.0.0.1",

@@ -27,6 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=int, default=120, help="Z3 timeout per query, seconds")
     p.add_argument("--itf-dir", help="write each counterexample as <dir>/<policy>_<property>.itf.json")
     p.add_argument("--emit-test", help="write the (last) counterexample as a pytest replay case here")
+    p.add_argument("--mutants", nargs="*", metavar="NAME",
+                   help="run the planted-bug catalogue (proofs.mutants; all, or the named ones): "
+                        "exit 1 if a mutant survives")
     p.add_argument("-v", "--verbose", action="store_true", help="progress per depth / k")
 
 
@@ -47,6 +50,19 @@ def select(args: argparse.Namespace) -> list[Check]:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.mutants is not None:
+        from proofs import mutants
+
+        unknown = sorted(set(args.mutants) - {m.name for m in mutants.CATALOGUE})
+        if unknown:
+            print(f"lora-sched prove: --mutants: unknown mutant(s) {unknown}; "
+                  f"known: {[m.name for m in mutants.CATALOGUE]}", file=sys.stderr)
+            return 2
+        outcomes = mutants.run_all(args.mutants or None, timeout_ms=args.timeout * 1000)
+        ok = mutants.all_killed(outcomes)
+        print(f"{sum(o.killed for o in outcomes)}/{len(outcomes)} mutants killed: "
+              + ("all ok!" if ok else "program has errors."))
+        return 0 if ok else 1
     checks = select(args)
     rows = []
     code = 0

@@ -55,6 +55,8 @@ class Bounds:
     # Arrivals only at steps <= last_arrival (None: any step). bounded_wait
     # uses it so that every request's wait is observed within the horizon.
     last_arrival: int | None = None
+    # A planted bug (`proofs.mutants`); None: the real step relation.
+    mutant: str | None = None
 
     def describe(self) -> str:
         def rng(v: tuple[int, int]) -> str:
@@ -63,7 +65,7 @@ class Bounds:
         return (f"R={self.requests} A={self.adapters} P<={self.max_prompt} L<={self.max_output} "
                 f"max_loras={rng(self.max_loras)} max_num_seqs={rng(self.max_num_seqs)} "
                 f"T={rng(self.max_num_batched_tokens)} S={rng(self.starvation_steps)}"
-                + (" skip" if self.skip else ""))
+                + (" skip" if self.skip else "") + (f" mutant={self.mutant}" if self.mutant else ""))
 
 
 @dataclass
@@ -206,9 +208,8 @@ class StepAux:
     n: list[z3.ArithRef]  # tokens scheduled per request
     admitted: list[z3.BoolRef]
     running_after: list[z3.BoolRef]
-    nohol_violation: z3.BoolRef
-    r_star: list[z3.BoolRef]
     finished: list[z3.BoolRef]
+    policy: str
 
 
 def _atleast(bs: list[z3.BoolRef], k: int) -> z3.BoolRef:
@@ -230,9 +231,9 @@ def count_le_M(p: Params, bs: list[z3.BoolRef]) -> z3.BoolRef:
     return z3.Or([z3.And(eq, _atmost(bs, m)) for m, eq in p.m_eq.items()])
 
 
-def count_ge_M(p: Params, bs: list[z3.BoolRef]) -> z3.BoolRef:
-    """At least `max_loras` of `bs` hold: the adapter slots are full."""
-    return z3.Or([z3.And(eq, _atleast(bs, m)) for m, eq in p.m_eq.items()])
+def count_ge_M(p: Params, bs: list[z3.BoolRef], shift: int = 0) -> z3.BoolRef:
+    """At least `max_loras` (+ `shift`, for mutants) of `bs` hold: the adapter slots are full."""
+    return z3.Or([z3.And(eq, _atleast(bs, m + shift)) for m, eq in p.m_eq.items()])
 
 
 def _in(p: Params, i: int, L: list[z3.BoolRef]) -> z3.BoolRef:
@@ -269,14 +270,75 @@ def events(b: Bounds, s: StateVars, inp: Inputs) -> tuple[Mid, list[z3.BoolRef]]
                list(s.admitted_at), list(s.ever), arrival, list(s.Z), list(s.V), list(s.AS)), cs
 
 
+def fair_guard(p: Params, m: Mid, L0: list[z3.BoolRef], B0: z3.ArithRef, seats0: z3.ArithRef,
+               mutant: str | None = None) -> FairStart:
+    """`policy.fair.FairGuard` when a waiting scan starts, on the state `m`
+    after arrivals and the adapters `L0` of the running requests scheduled
+    this step, the budget `B0` and the seats `seats0` they left.
+
+    begin_scan: r* is kept while it is waiting (sticky); otherwise it is the
+    first waiting request (slot order) of an adapter not in `L0` that waited
+    `step - arrival >= S`. The victims are reset when r* changes.
+    visit_star: the scan reaches r* when budget and seats remain; if the LoRA
+    cap blocks r* and no current victim is in `L0`, the adapter of `L0` with
+    the smallest `(active_since, id)` becomes a victim.
+
+    Shared, like `FairGuard`, by the encoded scan and by the declared holds
+    of `no_hol_blocking` (as `FairHolds` replays `FairGuard` on a trace).
+    `mutant` plants a bug in the scan's copy only (`proofs.mutants`).
+    """
+    b = p.b
+    rng, A, t = range(b.requests), b.adapters, m.step
+    sticky = z3.Or([z3.And(m.Z[i], m.W[i]) for i in rng])
+    if mutant == "star_not_sticky":
+        sticky = z3.BoolVal(False)
+    cand = [z3.And(m.W[i], p.adapter[i] > 0, z3.Not(_in(p, i, L0)), t - m.arrival[i] >= p.S) for i in rng]
+    first = [z3.And(cand[i], *[z3.Not(cand[j]) for j in range(i)]) for i in rng]
+    r_star = [z3.If(sticky, m.Z[i], first[i]) for i in rng]
+    has_star = z3.Or(r_star)
+    # victims reset when r* changes (a new r* is never the old one: the old
+    # one is no longer waiting); kept when there is none before/after.
+    reset = z3.And(z3.Not(sticky), z3.Or(z3.Or(m.Z), z3.Or(first)))
+    V1 = [z3.And(m.V[a], z3.Not(reset)) for a in range(A)]
+    reach = z3.And(has_star, B0 > 0, seats0 < p.N)
+    star_in_L0 = z3.Or([z3.And(r_star[i], _in(p, i, L0)) for i in rng])
+    full0 = count_ge_M(p, L0)
+    add = z3.And(reach, z3.Not(star_in_L0), full0, z3.Not(z3.Or([z3.And(V1[a], L0[a]) for a in range(A)])))
+    if mutant == "guard_off":
+        add = z3.BoolVal(False)
+    oldest = [z3.And(L0[a], *[z3.Implies(L0[c], z3.Or(m.AS[a] < m.AS[c], z3.And(m.AS[a] == m.AS[c], a < c)))
+                              for c in range(A) if c != a]) for a in range(A)]
+    V2 = [z3.Or(V1[a], z3.And(add, oldest[a])) for a in range(A)]
+    star_pos = z3.Or([z3.And(r_star[i], p.adapter[i] > 0) for i in rng])
+    blocked = z3.And(star_pos, z3.Not(star_in_L0), full0)
+    return FairStart(r_star, has_star, V2, reach, blocked)
+
+
+@dataclass
+class FairStart:
+    """fair's guard once r* is chosen and visited (see `fair_guard`)."""
+
+    r_star: list[z3.BoolRef]
+    has_star: z3.BoolRef
+    victims: list[z3.BoolRef]  # after visit_star
+    reach: z3.BoolRef  # the scan reaches r* (budget and a seat left)
+    cap_blocked: z3.BoolRef  # the LoRA cap blocks r*
+
+
+MUTANTS = ("cap_early", "cap_late", "seats_unchecked", "budget_plus_one", "fifo_reversed",
+           "drop_running", "guard_off", "star_not_sticky")
+
+
 def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
              ) -> tuple[StateVars, StepAux, list[z3.BoolRef]]:
     """One `schedule()` plus its model output, from the post-event state `m`.
 
     Returns the next state (fresh variables), the step's aux quantities and
-    the constraints defining them.
+    the constraints defining them. `p.b.mutant` plants one bug of
+    `proofs.mutants` (None: the real step).
     """
     b = p.b
+    mut = b.mutant
     n_req, A = b.requests, b.adapters
     rng = range(n_req)
     cs: list[z3.BoolRef] = []
@@ -299,9 +361,16 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
     B0 = p.T - z3.Sum(nr)
     L0 = [z3.Or([z3.And(sched_run[i], p.is_a[i][a]) for i in rng]) for a in range(A)]
     seats0 = _count(m.R)
+    shift = {"cap_early": -1, "cap_late": 1}.get(mut or "", 0)
 
     def cap(i: int, L: list[z3.BoolRef]) -> z3.BoolRef:
-        return z3.And(p.adapter[i] > 0, z3.Not(_in(p, i, L)), count_ge_M(p, L))
+        return z3.And(p.adapter[i] > 0, z3.Not(_in(p, i, L)), count_ge_M(p, L, shift))
+
+    def seat_free(seats: z3.ArithRef) -> z3.BoolRef:
+        return z3.BoolVal(True) if mut == "seats_unchecked" else seats < p.N
+
+    def take(i: int, budget: z3.ArithRef) -> z3.ArithRef:
+        return _min(need[i], budget + 1) if mut == "budget_plus_one" else _min(need[i], budget)
 
     # --- fair (`policy.fair.FairGuard`): r* is sticky, visited first; a
     # victim adapter is held while r* is cap-blocked.
@@ -312,56 +381,37 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
     adm0 = [z3.BoolVal(False) for _ in rng]
     ok0: z3.BoolRef = z3.BoolVal(False)
     if policy == "fair":
-        # begin_scan: keep r* while it is waiting, else the first waiting
-        # request of an adapter not in scheduled_loras that waited >= S.
-        sticky = z3.Or([z3.And(m.Z[i], m.W[i]) for i in rng])
-        cand = [z3.And(m.W[i], p.adapter[i] > 0, z3.Not(_in(p, i, L0)), t - m.arrival[i] >= p.S) for i in rng]
-        first = [z3.And(cand[i], *[z3.Not(cand[j]) for j in range(i)]) for i in rng]
-        r_star = [z3.If(sticky, m.Z[i], first[i]) for i in rng]
-        has_star = z3.Or(r_star)
-        # victims reset when r* changes (a new r* is never the old one: the
-        # old one is no longer waiting); kept when there is none before/after.
-        reset = z3.And(z3.Not(sticky), z3.Or(z3.Or(m.Z), z3.Or(first)))
-        V1 = [z3.And(m.V[a], z3.Not(reset)) for a in range(A)]
-        # The scan reaches r* first: seats and budget decide whether it is visited.
-        reach = z3.And(has_star, B0 > 0, seats0 < p.N)
-        star_in_L0 = z3.Or([z3.And(r_star[i], _in(p, i, L0)) for i in rng])
-        full0 = count_ge_M(p, L0)
-        # visit_star: cap-blocked and no current victim in the batch -> add the
-        # adapter of L0 with the smallest (active_since, id).
-        add = z3.And(reach, z3.Not(star_in_L0), full0, z3.Not(z3.Or([z3.And(V1[a], L0[a]) for a in range(A)])))
-        oldest = [z3.And(L0[a], *[z3.Implies(L0[c], z3.Or(m.AS[a] < m.AS[c], z3.And(m.AS[a] == m.AS[c], a < c)))
-                                  for c in range(A) if c != a]) for a in range(A)]
-        V2 = [z3.Or(V1[a], z3.And(add, oldest[a])) for a in range(A)]
-        star_pos = z3.Or([z3.And(r_star[i], p.adapter[i] > 0) for i in rng])
-        ok0 = z3.And(reach, z3.Not(z3.And(star_pos, z3.Not(star_in_L0), full0)))
+        g = fair_guard(p, m, L0, B0, seats0, mut)
+        r_star, V2 = g.r_star, g.victims
+        reach = z3.And(g.has_star, B0 > 0, seat_free(seats0))
+        ok0 = z3.And(reach, z3.Not(g.cap_blocked))
         adm0 = [z3.And(r_star[i], ok0) for i in rng]
-        n0 = z3.Sum([z3.If(adm0[i], _min(need[i], B0), 0) for i in rng])
+        n0 = z3.Sum([z3.If(adm0[i], take(i, B0), 0) for i in rng])
         B = B0 - n0
         seats = seats0 + z3.If(ok0, 1, 0)
         L = [z3.Or(L0[a], z3.Or([z3.And(adm0[i], p.is_a[i][a]) for i in rng])) for a in range(A)]
         # holds: r* not admitted (admitted() clears r* and the victims).
-        held_on = z3.And(has_star, z3.Not(ok0))
+        held_on = z3.And(g.has_star, z3.Not(ok0))
+        if mut == "guard_off":
+            held_on = z3.BoolVal(False)
 
     # --- waiting scan in queue (slot) order.
-    adm: list[z3.BoolRef] = []
-    nw: list[z3.ArithRef] = []
-    nohol: list[z3.BoolRef] = []
+    adm = list(adm0)
+    nw: list[z3.ArithRef] = [z3.If(adm0[i], take(i, B0), 0) for i in rng]
     stop: z3.BoolRef = z3.BoolVal(False)
-    for i in rng:
+    for i in (reversed(rng) if mut == "fifo_reversed" else rng):
         bi = z3.Int(f"budget_{i}@{tag}")
         cs.append(bi == B)
         visited = z3.And(m.W[i], z3.Not(r_star[i]))
-        open_ = z3.And(bi > 0, seats < p.N)
+        open_ = z3.And(bi > 0, seat_free(seats))
         capb = cap(i, L)
         guard = z3.And(held_on, _in(p, i, V2))
         a_i = z3.And(visited, open_, z3.Not(stop), z3.Not(capb), z3.Not(guard))
-        nohol.append(z3.And(visited, z3.Not(a_i), open_, z3.Not(capb), z3.Not(guard)))
         if policy == "blocking":
             stop = z3.Or(stop, z3.And(visited, open_, capb))
-        n_i = z3.If(a_i, _min(need[i], bi), 0)
-        adm.append(z3.Or(a_i, adm0[i]))
-        nw.append(z3.If(adm0[i], _min(need[i], B0), n_i))
+        n_i = z3.If(a_i, take(i, bi), 0)
+        adm[i] = z3.Or(a_i, adm0[i])
+        nw[i] = z3.If(adm0[i], nw[i], n_i)
         B = bi - n_i
         seats = seats + z3.If(a_i, 1, 0)
         L = [z3.Or(L[a], z3.And(a_i, p.is_a[i][a])) for a in range(A)]
@@ -375,10 +425,13 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
         g2 = m.generated[i] + z3.If(sample, 1, 0)
         f_i = z3.And(sample, g2 >= p.max_tokens[i])
         fin.append(f_i)
+        stays = z3.Or(m.R[i], adm[i])
+        if mut == "drop_running":
+            stays = z3.Or(z3.And(m.R[i], n[i] > 0), adm[i])
         cs += [
             s2.computed[i] == m.computed[i] + n[i],
             s2.generated[i] == g2,
-            s2.R[i] == z3.And(z3.Or(m.R[i], adm[i]), z3.Not(f_i)),
+            s2.R[i] == z3.And(stays, z3.Not(f_i)),
             s2.W[i] == z3.And(m.W[i], z3.Not(adm[i])),
             s2.F[i] == z3.Or(m.F[i], f_i),
             s2.X[i] == m.X[i],
@@ -399,7 +452,7 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
     else:
         cs += [s2.Z[i] == m.Z[i] for i in rng]
         cs += [s2.V[a] == m.V[a] for a in range(A)] + [s2.AS[a] == m.AS[a] for a in range(A)]
-    aux = StepAux(m, n, adm, [z3.Or(m.R[i], adm[i]) for i in rng], z3.Or(nohol), r_star, fin)
+    aux = StepAux(m, n, adm, [z3.Or(m.R[i], adm[i]) for i in rng], fin, policy)
     return s2, aux, cs
 
 
@@ -456,9 +509,52 @@ def prop_fifo_within_adapter(p: Params, aux: StepAux) -> z3.BoolRef:
 
 
 def prop_no_hol_blocking(p: Params, aux: StepAux) -> z3.BoolRef:
-    """No waiting request is left unadmitted that the LoRA cap and capacity
-    (judged when the scan reaches it) would have let in, modulo fair's guard."""
-    return z3.Not(aux.nohol_violation)
+    """A step leaves no waiting request unadmitted that the LoRA cap and
+    capacity would have let in, modulo the holds the policy declares (fair's
+    guard).
+
+    Defined, like `spec.properties.no_hol_blocking`, from the state before
+    the step and what the step did (tokens scheduled, requests admitted),
+    never from the encoded scan: the scan is replayed in queue order (r*
+    first under fair), each request judged against the budget, seats and
+    adapters left when the replay reaches it; the replay ends at the first
+    request for which the budget is spent or the seats are full (declared
+    stops). In this encoding chunking is on and KV is unlimited, so no other
+    declared stop applies.
+    """
+    b, m = p.b, aux.mid
+    rng, A = range(b.requests), b.adapters
+    running_sched = [z3.And(m.R[i], aux.n[i] > 0) for i in rng]
+    budget: z3.ArithRef = p.T - z3.Sum([z3.If(m.R[i], aux.n[i], 0) for i in rng])
+    seats: z3.ArithRef = _count(m.R)
+    loras = [z3.Or([z3.And(running_sched[i], p.is_a[i][a]) for i in rng]) for a in range(A)]
+    first = [z3.BoolVal(False) for _ in rng]
+    held = [z3.BoolVal(False) for _ in rng]
+    if aux.policy == "fair":
+        g = fair_guard(p, m, loras, budget, seats)
+        first = g.r_star
+        star_admitted = z3.Or([z3.And(first[i], aux.admitted[i]) for i in rng])
+        on = z3.And(g.has_star, z3.Not(star_admitted))
+        held = [z3.And(on, z3.Not(first[i]), _in(p, i, g.victims)) for i in rng]
+    bad: list[z3.BoolRef] = []
+
+    def visit(i: int, here: z3.BoolRef) -> None:
+        nonlocal budget, seats, loras
+        alive = z3.And(budget > 0, seats < p.N)
+        lora_ok = z3.Or(p.adapter[i] <= 0, _in(p, i, loras), z3.Not(count_ge_M(p, loras)))
+        bad.append(z3.And(here, alive, m.W[i], z3.Not(aux.admitted[i]), lora_ok, z3.Not(held[i])))
+        adm = z3.And(here, aux.admitted[i])
+        budget = budget - z3.If(adm, aux.n[i], 0)
+        seats = seats + z3.If(adm, 1, 0)
+        loras = [z3.Or(loras[a], z3.And(adm, p.is_a[i][a])) for a in range(A)]
+
+    if aux.policy == "fair":
+        # r* first: at most one slot; visit it through a symbolic choice.
+        for i in rng:
+            visit(i, first[i])
+    for i in rng:
+        visit(i, z3.Not(first[i]))
+    return z3.Not(z3.Or(bad))
 
 
 def waiting_too_long(p: Params, aux: StepAux, s2: StateVars, bound: int) -> z3.BoolRef:

@@ -5,6 +5,12 @@ Reachable states come from random workloads (arrivals, aborts, skipped
 running requests) run through the reference; at every step the SMT step is
 constrained to the reference's pre-state (after arrivals and aborts) and must
 yield exactly the reference's post-state and scheduled tokens.
+
+The properties are compared too: on the same step, each SMT step property
+(`proofs.encoding.step_property`) must be violated exactly when its Python
+counterpart (`spec.properties`, through `spec.observe.Observer`, fair's
+declared holds included) reports a violation. `blocking`'s head-of-line
+blocking and the skipped running requests supply violated states.
 """
 
 from __future__ import annotations
@@ -16,8 +22,10 @@ import z3
 
 from policy import make_gate
 from policy.core import Scheduler
+from policy.fair import FairHolds
 from proofs import encoding as enc
 from spec.config import Config
+from spec.observe import Observer
 from spec.request import Request
 
 B = enc.Bounds(requests=7, adapters=3, max_prompt=4, max_output=3, max_loras=(1, 2), max_num_seqs=(1, 3),
@@ -35,6 +43,7 @@ class Template:
                            s.arrival, s.Z, s.V, s.AS)
         self.skip = [z3.Bool(f"sk_{i}") for i in range(B.requests)]
         self.post, self.aux, cs = enc.schedule(self.p, policy, self.mid, self.skip, "d")
+        self.props = {name: enc.step_property(name, self.p, self.aux, self.post) for name in enc.STEP_PROPS}
         self.solver = z3.Solver()
         self.solver.add(cs)
 
@@ -81,6 +90,8 @@ class Template:
             n = mod.eval(self.aux.n[i], model_completion=True).as_long()
             if n:
                 out["scheduled"][rid] = n
+        out["violated"] = {name for name, e in self.props.items()
+                           if not z3.is_true(mod.eval(e, model_completion=True))}
         self.solver.pop()
         return out
 
@@ -112,7 +123,8 @@ def python_post(sched: Scheduler, ids: list[str], scheduled: dict[str, int]) -> 
     return out
 
 
-def random_run(policy: str, rnd: random.Random, tmpl: Template, budget: list[int]) -> None:
+def random_run(policy: str, rnd: random.Random, tmpl: Template, budget: list[int],
+               seen: dict[str, int]) -> None:
     if rnd.random() < 0.5:  # any config in the bounds
         cfg = Config(max_loras=rnd.randint(1, 2), max_num_seqs=rnd.randint(1, 3),
                      max_num_batched_tokens=rnd.randint(1, 6), starvation_steps=rnd.randint(0, 3), policy=policy)
@@ -120,6 +132,7 @@ def random_run(policy: str, rnd: random.Random, tmpl: Template, budget: list[int
         cfg = Config(max_loras=1, max_num_seqs=rnd.randint(2, 3), max_num_batched_tokens=rnd.randint(3, 6),
                      starvation_steps=rnd.randint(0, 1), policy=policy)
     sched = Scheduler(cfg, make_gate(policy))
+    obs = Observer(cfg, FairHolds(cfg) if policy == "fair" else None)
     n = rnd.randint(1, B.requests)
     reqs = [Request(f"r{i}", rnd.randint(0, 3), rnd.randint(1, 4), rnd.randint(1, 3), 0) for i in range(n)]
     arrivals = sorted(rnd.randint(1, 8) for _ in range(n))
@@ -130,11 +143,13 @@ def random_run(policy: str, rnd: random.Random, tmpl: Template, budget: list[int
         while ai < n and arrivals[ai] <= step:
             r = reqs[ai]
             sched.add(Request(r.id, r.adapter, r.prompt_tokens, r.max_tokens, step))
+            obs.arrive(Request(r.id, r.adapter, r.prompt_tokens, r.max_tokens, step))
             ids.append(r.id)
             ai += 1
         for rid in ids:
             if rnd.random() < 0.04:
                 sched.abort(rid)
+                obs.abort(rid)
         st = sched.state
         if not st.waiting and not st.running:
             continue
@@ -142,7 +157,13 @@ def random_run(policy: str, rnd: random.Random, tmpl: Template, budget: list[int
         want = tmpl.step(sched, step, ids, skip)
         rec = sched.step(step, skip)
         got = python_post(sched, ids, rec.scheduled)
+        smt_violated = want.pop("violated")
         assert want == got, f"{policy} step {step}: SMT {want} != Python {got}\nconfig {cfg}"
+        py_violated = {v.property for v in obs.observe(rec)}
+        assert smt_violated == py_violated, (f"{policy} step {step}: SMT properties violated {smt_violated} "
+                                             f"!= Python {py_violated}\nconfig {cfg}\nrecord {rec}")
+        for name in py_violated:
+            seen[name] = seen.get(name, 0) + 1
         budget[0] -= 1
 
 
@@ -151,10 +172,16 @@ def test_smt_step_equals_python_step(policy: str) -> None:
     rnd = random.Random(f"diff-{policy}")
     tmpl = Template(policy)
     budget = [STEPS_PER_POLICY]
+    seen: dict[str, int] = {}
     while budget[0] > 0:
         try:
-            random_run(policy, rnd, tmpl, budget)
+            random_run(policy, rnd, tmpl, budget, seen)
         except AssertionError as exc:
             if "vLLM asserts this" in str(exc):
                 continue  # the skip drove the reference into vLLM's batch-cap assert
             raise
+    # The comparison saw violated states, not only states where both say "holds".
+    expected = {"blocking": {"no_hol_blocking", "running_lora_cap"}, "vllm": {"running_lora_cap"},
+                "fair": {"running_lora_cap"}}[policy]
+    assert expected <= set(seen), f"{policy}: violations compared {seen}"
+    print(f"{policy}: violated states compared per property: {seen}")

@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 OUT    := out
 
-.PHONY: run test install lint clean
+.PHONY: run test install browser lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,14 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $(VENV)/.installed
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed browser
+
+# The browser test of `lora-sched view` (tests/test_view.py) renders its HTML in
+# Debian's chromium; CI installs it here, so the test runs there, never skips.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
 
 # The main job: every part once, on the embedded defaults (a few minutes on 2 cores).
 run: install

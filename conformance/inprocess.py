@@ -26,7 +26,7 @@ from pathlib import Path
 
 from policy.driver import Workload
 from policy.replay import ReplayResult, replay
-from spec.config import Config
+from spec.config import Config, throttled
 from spec.request import Request
 from spec.trace import read_trace
 
@@ -38,20 +38,21 @@ def _scheduler_classes(policy: str) -> tuple[type, type]:
     if policy == "vllm":
         from conformance.recorder import AsyncRecordingScheduler, RecordingScheduler
         return RecordingScheduler, AsyncRecordingScheduler
-    from conformance import policies
-    return policies.CLASSES[policy]
+    from lora_sched.scheduler import CLASSES
+    return CLASSES[policy]
 
 
 _VLLM_CONFIG_CACHE: dict[tuple, object] = {}
 
 
 def make_scheduler(cfg: Config, policy: str | None = None, *, model: str | None = None,
-                   plenty_blocks: int = 4096):
+                   plenty_blocks: int = 4096, scheduler_class: type | None = None):
     """A recording vLLM scheduler configured like `cfg`.
 
     `kv_blocks=None` (unlimited) becomes `plenty_blocks`: vLLM has no
     unlimited pool and builds every block eagerly, so callers pass a number
-    the workload cannot exhaust (the header then states it)."""
+    the workload cannot exhaust (the header then states it). `scheduler_class`
+    replaces the policy's recording class (e.g. a patched vLLM scheduler)."""
     import torch
     from vllm.config import CacheConfig, LoRAConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -65,7 +66,8 @@ def make_scheduler(cfg: Config, policy: str | None = None, *, model: str | None 
     if not cfg.chunked_prefill:
         max_len = min(max_len, cfg.max_num_batched_tokens)
     key = (model, cfg.max_loras, cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.chunked_prefill,
-           cfg.long_prefill_token_threshold, cfg.block_size, cfg.queue, cfg.async_scheduling, max_len)
+           cfg.long_prefill_token_threshold, cfg.block_size, cfg.queue, cfg.async_scheduling, max_len,
+           cfg.starvation_steps)
     vllm_config = _VLLM_CONFIG_CACHE.get(key)
     if vllm_config is None:
         scheduler_config = SchedulerConfig(
@@ -83,7 +85,8 @@ def make_scheduler(cfg: Config, policy: str | None = None, *, model: str | None 
         cache_config = CacheConfig(block_size=cfg.block_size, enable_prefix_caching=False)
         vllm_config = VllmConfig(scheduler_config=scheduler_config, model_config=model_config,
                                  cache_config=cache_config,
-                                 lora_config=LoRAConfig(max_loras=cfg.max_loras, max_lora_rank=8))
+                                 lora_config=LoRAConfig(max_loras=cfg.max_loras, max_lora_rank=8),
+                                 additional_config={"lora_sched": {"starvation_steps": cfg.starvation_steps}})
         _VLLM_CONFIG_CACHE[key] = vllm_config
     num_blocks = (cfg.kv_blocks if cfg.kv_blocks is not None else plenty_blocks) + 1
     kv_cache_config = KVCacheConfig(
@@ -94,12 +97,10 @@ def make_scheduler(cfg: Config, policy: str | None = None, *, model: str | None 
     )
     vllm_config.cache_config.num_gpu_blocks = num_blocks  # type: ignore[attr-defined]
     sync_cls, async_cls = _scheduler_classes(policy)
-    cls = async_cls if cfg.async_scheduling else sync_cls
+    cls = scheduler_class or (async_cls if cfg.async_scheduling else sync_cls)
     sched = cls(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
                 structured_output_manager=StructuredOutputManager(vllm_config),
                 block_size=cfg.block_size, log_stats=False)
-    if hasattr(sched, "starvation_steps"):
-        sched.starvation_steps = cfg.starvation_steps
     return sched
 
 
@@ -142,25 +143,30 @@ class Stuck(RuntimeError):
 
 
 def run_workload(cfg: Config, workload: Workload, trace_path: str | os.PathLike[str], *,
-                 policy: str | None = None, max_steps: int = 20_000) -> int:
+                 policy: str | None = None, max_steps: int = 20_000, scheduler_class: type | None = None) -> int:
     """Drive vLLM's scheduler through `workload`, recording to `trace_path`.
 
     Returns the number of `schedule()` calls. The clock follows the engine:
     one `schedule()` per step while vLLM has requests; idle steps are jumped.
+    An exception inside vLLM (its max_loras assert, say) propagates after the
+    trace up to the step before it is flushed to `trace_path`.
     """
     plenty = sum(-(-(r.prompt_tokens + r.max_tokens) // cfg.block_size) for r in workload.requests) + 1
-    sched = make_scheduler(cfg, policy, plenty_blocks=plenty)
+    sched = make_scheduler(cfg, policy, plenty_blocks=plenty, scheduler_class=scheduler_class)
     sched.start_recording(trace_path)
     arrivals = sorted(workload.requests, key=lambda r: r.arrival)
     aborts = sorted(workload.aborts.items(), key=lambda kv: kv[1])
     ai = bi = seq = 0
     step = 0
+    wave = 0  # steps since the engine was idle: the DP engine core's step_counter
     queue: list[tuple[object, set[str]]] = []  # async: the batch queue
     try:
         while ai < len(arrivals) or sched.has_requests() or queue:
             step += 1
-            if not sched.has_requests() and not queue and ai < len(arrivals):
-                step = max(step, arrivals[ai].arrival)
+            if not sched.has_requests() and not queue:
+                wave = 0
+                if ai < len(arrivals):
+                    step = max(step, arrivals[ai].arrival)
             if step > max_steps:
                 raise Stuck(f"no completion after {max_steps} steps")
             while ai < len(arrivals) and arrivals[ai].arrival <= step:
@@ -176,7 +182,8 @@ def run_workload(cfg: Config, workload: Workload, trace_path: str | os.PathLike[
                 sched.finish_requests(aborts[bi][0], RequestStatus.FINISHED_ABORTED)
                 bi += 1
             if sched.has_requests():
-                out = sched.schedule()
+                out = sched.schedule(throttled(cfg, wave))
+                wave += 1
                 sampled = {rid for rid in out.num_scheduled_tokens
                            if not sched.requests[rid].is_prefill_chunk}
                 queue.append((out, sampled))
@@ -246,6 +253,7 @@ def random_case(rng: random.Random) -> tuple[Config, Workload]:
         queue=rng.choice(["fcfs", "fcfs", "priority"]),
         async_scheduling=rng.random() < 0.4,
         starvation_steps=rng.choice([0, 1, 2, 4, 8]),
+        prefill_schedule_interval=rng.choice([1, 1, 2, 3]),
     )
     aborts = {r.id: r.arrival + rng.randint(0, 10) for r in reqs if rng.random() < 0.15}
     return cfg, Workload(reqs, aborts)

@@ -37,7 +37,6 @@ from spec.state import StepRecord
 from spec.trace import TraceWriter
 
 TRACE_ENV = "LORA_SCHED_TRACE"
-STARVATION_ENV = "LORA_SCHED_STARVATION_STEPS"
 SOURCE = "vllm 0.32.0"
 
 
@@ -69,9 +68,10 @@ def config_of(sched: Scheduler, policy: str) -> Config:
 
 
 class RecorderMixin:
-    """The recording hooks; mixed in front of a vLLM scheduler class."""
+    """The recording hooks; mixed in front of a vLLM scheduler class (whose
+    `policy_name` names the policy in the trace header)."""
 
-    policy_name = "vllm"
+    policy_name: str
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -143,7 +143,8 @@ class RecorderMixin:
         if s.policy.value == "priority":
             preempted.sort(key=lambda rid: (s.requests[rid].priority, s.requests[rid].arrival_time),
                            reverse=True)
-        rec = StepRecord(self._rec_step, waiting, running, scheduled, admitted, preempted, [])
+        throttle = bool(kwargs.get("throttle_prefills", args[0] if args else False))
+        rec = StepRecord(self._rec_step, waiting, running, scheduled, admitted, preempted, [], throttle)
         self._rec_open[id(out)] = _Open(rec)
         return out
 
@@ -175,6 +176,10 @@ class RecorderMixin:
 class RecordingScheduler(RecorderMixin, Scheduler):
     """vLLM's synchronous `Scheduler`, recorded (policy `vllm`)."""
 
+    policy_name = "vllm"
+
 
 class AsyncRecordingScheduler(RecorderMixin, AsyncScheduler):
     """vLLM's `AsyncScheduler`, recorded (policy `vllm`)."""
+
+    policy_name = "vllm"

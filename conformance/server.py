@@ -15,6 +15,7 @@ closing their streams after a few chunks (a client abort).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -27,13 +28,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.recorder import STARVATION_ENV, TRACE_ENV
+from conformance.recorder import TRACE_ENV
 from conformance.scenarios import Scenario
 
 SCHEDULER_CLASSES = {
     "vllm": "conformance.recorder.RecordingScheduler",
-    "blocking": "conformance.policies.BlockingScheduler",
-    "fair": "conformance.policies.FairScheduler",
+    "blocking": "lora_sched.scheduler.BlockingScheduler",
+    "fair": "lora_sched.scheduler.FairScheduler",
 }
 
 
@@ -88,6 +89,8 @@ class LiveServer:
                "--block-size", str(cfg.block_size)]
         if self.lora_modules:
             cmd += ["--lora-modules", *self.lora_modules]
+        if self.policy == "fair":
+            cmd += ["--additional-config", json.dumps({"lora_sched": {"starvation_steps": cfg.starvation_steps}})]
         if cfg.long_prefill_token_threshold:
             cmd += ["--long-prefill-token-threshold", str(cfg.long_prefill_token_threshold)]
         if cfg.queue == "priority":
@@ -101,7 +104,6 @@ class LiveServer:
     def start(self, timeout: float = 240.0) -> None:
         env = dict(os.environ)
         env[TRACE_ENV] = str(self.trace)
-        env[STARVATION_ENV] = str(self.scenario.config.starvation_steps)
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "wb") as logf:

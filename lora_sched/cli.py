@@ -18,6 +18,7 @@ COMMANDS = {
     "prove": ("proofs.cli", "Z3: bounded model checking, k-induction, worst-case wait"),
     "conform": ("conformance.cli", "run vLLM (live or in-process) and check it against the reference"),
     "bench": ("bench.cli", "benchmark the three policies (simulated, or --live on vLLM)"),
+    "view": ("view.cli", "draw a trace or counterexample as a timeline (HTML or PNG)"),
 }
 
 

@@ -8,7 +8,7 @@ measured at 2.49 req/s against 16.75.
 
 from __future__ import annotations
 
-from policy.gate import Decision, ScanContext, cap_blocks
+from policy.gate import Decision, ScanContext, vllm_cap_blocks
 
 
 class BlockingGate:
@@ -18,7 +18,7 @@ class BlockingGate:
         return queue
 
     def decide(self, ctx: ScanContext, rid: str) -> tuple[Decision, str | None]:
-        if cap_blocks(ctx, ctx.state.adapter(rid)):
+        if vllm_cap_blocks(ctx, ctx.state.adapter(rid)):
             return Decision.STOP, "lora_stop"
         return Decision.ADMIT, None
 

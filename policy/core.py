@@ -7,7 +7,8 @@ written to follow `vllm/v1/core/sched/scheduler.py` (`schedule`,
 token budget, chunked prefill, `long_prefill_token_threshold` (off when a
 single request exists), `max_num_seqs`, KV blocks with whole-sequence
 admission (`scheduler_reserve_full_isl`, on by default) and preemption, FCFS
-and priority queues, and async scheduling. Not modelled: prefix caching (the
+and priority queues, async scheduling, and data-parallel prefill throttling
+(`schedule(throttle_prefills=True)`, a per-step input). Not modelled: prefix caching (the
 conformance harness runs vLLM with it off), speculative decoding, encoders,
 KV connectors, pipeline parallelism (abstracted as the optional
 `skip_running` set: running requests the environment declines to schedule).
@@ -88,19 +89,24 @@ class Scheduler:
         (st.running if rs.status == "running" else st.waiting).remove(rid)
         rs.status = status
         rs.blocks = 0
+        st.deferred.discard(rid)
         (st.finished if status == "finished" else st.aborted).add(rid)
 
     def has_work(self) -> bool:
         return bool(self.state.waiting or self.state.running or self._pending)
 
     # ---- one step ---------------------------------------------------------
-    def step(self, step: int, skip_running: frozenset[str] = frozenset()) -> StepRecord:
-        """Schedule step `step` and apply model output (DESIGN section 2, Step)."""
+    def step(self, step: int, skip_running: frozenset[str] = frozenset(), *, throttle: bool = False) -> StepRecord:
+        """Schedule step `step` and apply model output (DESIGN section 2, Step).
+
+        `throttle` is vLLM's `schedule(throttle_prefills=...)` argument, which
+        the data-parallel engine core sets on off-cadence steps
+        (`spec.config.throttled`)."""
         st = self.state
         if step <= st.step and st.step != 0:
             raise ScheduleError(f"step {step} does not follow step {st.step}")
         st.step = step
-        rec = self._schedule(step, skip_running)
+        rec = self._schedule(step, skip_running, throttle)
         samples = self._update_after_schedule(rec.scheduled)
         pending = _Pending(step, rec.scheduled, samples, rec)
         if self.config.async_scheduling:
@@ -121,9 +127,13 @@ class Scheduler:
         return None
 
     # ---- schedule() -------------------------------------------------------
-    def _schedule(self, step: int, skip_running: frozenset[str]) -> StepRecord:
+    def _schedule(self, step: int, skip_running: frozenset[str], throttle: bool) -> StepRecord:
         st, cfg = self.state, self.config
-        rec = StepRecord(step, list(st.waiting), list(st.running), {}, [], [], [])
+        rec = StepRecord(step, list(st.waiting), list(st.running), {}, [], [], [], throttle)
+        # DP prefill balancing: on a throttled step defer prefill compute,
+        # unless requests wait for capacity or nothing is decoding.
+        defer = (throttle and not st.prefill_capacity_bound
+                 and any(not st.reqs[r].is_prefill_chunk for r in st.running))
         budget = cfg.max_num_batched_tokens
         n_eligible = len(st.running) + len(st.waiting)
         threshold = cfg.long_prefill_token_threshold if n_eligible > 1 else 0
@@ -139,6 +149,9 @@ class Scheduler:
                 and rs.computed + 2 - rs.placeholders >= rs.req.prompt_tokens + rs.req.max_tokens
             ):
                 i += 1  # async: already sure to reach max_tokens
+                continue
+            if defer and rs.is_prefill_chunk:
+                i += 1  # DP throttle: this prefill chunk waits for a cadence step
                 continue
             if rid in skip_running:
                 i += 1  # abstracted reasons (PP, encoder budget)
@@ -190,13 +203,13 @@ class Scheduler:
             for rid in st.waiting:
                 rec.holds[rid] = "preemption"
         else:
-            self._scan_waiting(step, rec, budget, threshold, scheduled_loras)
+            self._scan_waiting(step, rec, budget, threshold, scheduled_loras, defer)
         batch = {st.adapter(r) for r in rec.scheduled if st.adapter(r) > 0}
         self.gate.step_done(ScanContext(st, step, scheduled_loras), batch)
         return rec
 
     def _scan_waiting(
-        self, step: int, rec: StepRecord, budget: int, threshold: int, scheduled_loras: set[int]
+        self, step: int, rec: StepRecord, budget: int, threshold: int, scheduled_loras: set[int], defer: bool
     ) -> None:
         st, cfg = self.state, self.config
         ctx = ScanContext(st, step, scheduled_loras)
@@ -213,14 +226,20 @@ class Scheduler:
             rs = st.reqs[rid]
             if rs.stale > 0:
                 rec.holds[rid] = "stale_output"  # async: output still in flight
+                st.deferred.add(rid)
                 continue
             decision, why = self.gate.decide(ctx, rid)
             if decision is Decision.SKIP:
                 rec.holds[rid] = why or "skip"
+                st.deferred.add(rid)
                 continue
             if decision is Decision.STOP:
                 rec.holds[rid] = why or "stop"
                 stop_reason = why or "stop"
+                break
+            if defer and rs.num_tokens - rs.computed > 1:
+                rec.holds[rid] = "throttle"  # DP throttle: prefills wait for a cadence step
+                stop_reason = "throttle"
                 break
             n = rs.num_tokens - rs.computed
             if 0 < threshold < n:
@@ -241,6 +260,7 @@ class Scheduler:
                 stop_reason = "kv"
                 break
             st.running.append(rid)
+            st.deferred.discard(rid)
             admitted.add(rid)
             rec.admitted.append(rid)
             rec.scheduled[rid] = n
@@ -258,6 +278,10 @@ class Scheduler:
         # Skipped requests go back to the head in their original order, so
         # `waiting` keeps its order minus the admitted requests.
         st.waiting = [r for r in st.waiting if r not in admitted]
+        if not defer:
+            # A scan that could admit prefills records whether requests are
+            # left waiting for capacity rather than skipped.
+            st.prefill_capacity_bound = len(st.waiting) > len(st.deferred)
 
     def _allocate(self, rs: ReqState, tokens: int) -> bool:
         need = blocks_for(tokens, self.config.block_size)
@@ -285,8 +309,8 @@ class Scheduler:
             rs = self.state.reqs[rid]
             rs.computed += n
             rs.in_flight += n
-            is_prefill_chunk = rs.computed < rs.num_tokens + rs.placeholders
-            if not is_prefill_chunk:
+            rs.is_prefill_chunk = rs.computed < rs.num_tokens + rs.placeholders
+            if not rs.is_prefill_chunk:
                 samples.add(rid)
                 if self.config.async_scheduling:
                     rs.placeholders += 1

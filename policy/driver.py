@@ -7,7 +7,8 @@ from dataclasses import dataclass, field, replace
 
 from policy import make_gate
 from policy.core import Scheduler
-from spec.config import Config
+from policy.gate import Gate
+from spec.config import Config, throttled
 from spec.request import Request
 from spec.state import StepRecord
 from spec.trace import TraceWriter
@@ -60,15 +61,20 @@ def run(
     trace_path: str | os.PathLike[str] | None = None,
     max_steps: int = 200_000,
     source: str = "lora-sched reference",
+    gate: Gate | None = None,
 ) -> RunResult:
     """Drive `workload` until every request finished or was aborted.
 
+    `gate` replaces the policy's gate (tests plant bugs this way).
     The clock jumps over idle steps (nothing waiting or running) to the next
     arrival, as vLLM's engine does not call `schedule()` without requests.
+    With `prefill_schedule_interval > 1` each step is throttled as vLLM's DP
+    engine core throttles it (`spec.config.throttled`), counting the steps of
+    the current wave (a busy period that starts when the engine was idle).
     """
     if policy is not None:
         config = replace(config, policy=policy)
-    sched = Scheduler(config, make_gate(config.policy))
+    sched = Scheduler(config, gate if gate is not None else make_gate(config.policy))
     arrivals = sorted(workload.requests, key=lambda r: r.arrival)
     aborts = sorted(workload.aborts.items(), key=lambda kv: kv[1])
     writer = TraceWriter(trace_path, config, source) if trace_path is not None else None
@@ -76,11 +82,14 @@ def run(
     held: StepRecord | None = None  # async: a record completes one step later
     ai = bi = 0
     step = 0
+    wave = 0  # steps in the current wave (vLLM's DP `step_counter`)
     try:
         while ai < len(arrivals) or sched.has_work():
             step += 1
-            if not sched.has_work() and ai < len(arrivals):
-                step = max(step, arrivals[ai].arrival)
+            if not sched.has_work():
+                wave = 0
+                if ai < len(arrivals):
+                    step = max(step, arrivals[ai].arrival)
             if step > max_steps:
                 raise DriverStuck(f"no completion after {max_steps} steps "
                                   f"({len(sched.state.waiting)} waiting, {len(sched.state.running)} running)")
@@ -104,7 +113,8 @@ def run(
                         writer.step(last)
                     held = None
                 continue
-            rec = sched.step(step, workload.skips.get(step, frozenset()))
+            rec = sched.step(step, workload.skips.get(step, frozenset()), throttle=throttled(config, wave))
+            wave += 1
             records.append(rec)
             if config.async_scheduling:
                 if held is not None and writer:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
+from spec.cap import cap_blocks
 from spec.state import State
 
 
@@ -31,17 +32,18 @@ class ScanContext:
     scheduled_loras: set[int]
 
 
-def cap_blocks(ctx: ScanContext, adapter: int) -> bool:
-    """True when admitting a request of `adapter` would exceed max_loras.
+def vllm_cap_blocks(ctx: ScanContext, adapter: int) -> bool:
+    """vLLM's LoRA cap (`spec.cap.cap_blocks`) over vLLM's set: the adapters
+    of running requests scheduled this step plus those admitted so far."""
+    return cap_blocks(ctx.scheduled_loras, adapter, ctx.state.config.max_loras)
 
-    vLLM 0.32 `Scheduler.schedule()`: `len(scheduled_loras) == max_loras and
-    lora_int_id not in scheduled_loras`.
-    """
-    return (
-        adapter > 0
-        and adapter not in ctx.scheduled_loras
-        and len(ctx.scheduled_loras) >= ctx.state.config.max_loras
-    )
+
+def running_loras(ctx: ScanContext) -> set[int]:
+    """Adapters (> 0) of every request in `running` now: those scheduled this
+    step, those left unscheduled (async sure-to-finish, DP throttle, skips)
+    and those admitted so far in this scan."""
+    st = ctx.state
+    return {a for a in (st.adapter(r) for r in st.running) if a > 0}
 
 
 class Gate(Protocol):

@@ -99,7 +99,7 @@ def replay(trace: Trace, policy: str | None = None) -> ReplayResult:
                 sched.add(e.req)
             else:
                 sched.abort(e.id)
-        ours = sched.step(step)
+        ours = sched.step(step, throttle=ev.rec.throttle)
         fields = FIELDS if not config.async_scheduling else FIELDS[:-1]
         d = compare(ev, ours, fields)
         if d is None and config.async_scheduling and prev is not None:

@@ -9,7 +9,7 @@ the active adapters keep receiving requests (vLLM #16876, SGLang #15129).
 
 from __future__ import annotations
 
-from policy.gate import Decision, ScanContext, cap_blocks
+from policy.gate import Decision, ScanContext, vllm_cap_blocks
 
 
 class VllmGate:
@@ -19,7 +19,7 @@ class VllmGate:
         return queue
 
     def decide(self, ctx: ScanContext, rid: str) -> tuple[Decision, str | None]:
-        if cap_blocks(ctx, ctx.state.adapter(rid)):
+        if vllm_cap_blocks(ctx, ctx.state.adapter(rid)):
             return Decision.SKIP, "lora_cap"
         return Decision.ADMIT, None
 

@@ -60,3 +60,54 @@ def seed_mix(n: int = 500, *, adapters: int = 8, seed: int = 2, prompt_mean: flo
         arrival = 1 + int(i * arrival_every)
         reqs.append(Request(f"r{i}", (i % adapters) + 1, prompt, max_tokens, arrival))
     return reqs
+
+
+# ---- stream families: the same shape at growing length ----------------------
+# Each family maps a stream length to a (config, workload) whose pressure per
+# step does not change with the length: only the number of later arrivals
+# grows. A starvation-free policy's worst wait must not grow with it
+# (`tests/test_fair_growth.py`); `vllm`'s does on the starvation families.
+
+def behind_lora_stream(length: int, *, early_adapter: int = 0, adapters: int = 5, every: int | None = None,
+                       **cfg: object) -> tuple[Config, Workload]:
+    """Issue #8's case: max_loras 1, one seat, budget 8; a LoRA request every
+    `every` steps cycling over `adapters` adapters, and one early request of
+    `early_adapter` (0: base model; 1: the adapter active when it arrives).
+    The first `fair` let each later starving LoRA request go first and held
+    the early request for as long as the stream lasted. `every = 2` is the
+    issue's workload (sync); under async scheduling a request holds the seat
+    longer and the stream comes every 4 steps (the default there), so that
+    the queue does not grow with the stream."""
+    config = Config(**{"max_loras": 1, "max_num_seqs": 1, "max_num_batched_tokens": 8, **cfg})
+    if every is None:
+        every = 4 if config.async_scheduling else 2
+    reqs = [Request("L0", 1, 1, 2, 1), Request("early", early_adapter, 1, 1, 2)]
+    reqs += [Request(f"L{i}", (i % adapters) + 1, 1, 2, max(2, 1 + (i - 1) * every + (every > 2)))
+             for i in range(1, length + 1)]
+    return config, Workload(reqs)
+
+
+def starvation_family(length: int, **cfg: object) -> tuple[Config, Workload]:
+    """`starvation_stream` at `length`: adapters 1 and 2 stream, one adapter-3 request."""
+    config, wl = starvation_stream(length=length, max_tokens=16)
+    return Config(**{**config.to_dict(), **cfg}), wl
+
+
+def kv_pressure_stream(length: int, **cfg: object) -> tuple[Config, Workload]:
+    """A KV pool that preempts (10 blocks of 4; a request needs up to 4):
+    a stream over adapters 1 and 2 (max_loras 2), one request every 4 steps,
+    and base-model and adapter-3 requests at step 12, when the stream is on."""
+    config = Config(**{"max_loras": 2, "max_num_seqs": 8, "max_num_batched_tokens": 32, "kv_blocks": 10,
+                       "block_size": 4, **cfg})
+    reqs = [Request("early-base", 0, 6, 8, 12), Request("early-a3", 3, 6, 8, 12)]
+    for t in range(1, length + 1):
+        reqs.append(Request(f"k{t}", 1 + t % 2, 6, 10, 4 * t))
+    return config, Workload(reqs)
+
+
+FAMILIES = {
+    "base_behind_lora_stream": lambda n, **c: behind_lora_stream(n, early_adapter=0, **c),
+    "active_behind_lora_stream": lambda n, **c: behind_lora_stream(n, early_adapter=1, **c),
+    "starvation": starvation_family,
+    "kv_pressure_stream": kv_pressure_stream,
+}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from spec.observe import Observer
 from spec.properties import ALL_PROPERTIES, Violation
-from spec.state import blocks_for, peak_present
+from spec.state import peak_present
 from spec.trace import Abort, Arrive, Step, Trace, TraceError, read_trace
 
 if TYPE_CHECKING:
@@ -42,25 +42,16 @@ class CheckReport:
 
 def bound_for(trace: Trace) -> tuple[int | None, str]:
     """B of `policy.fair` for this trace's config and requests, or why none applies."""
-    from policy.fair import workload_bound
+    from policy.fair import bound_applies, workload_bound
 
     cfg = trace.config
     reqs = list(trace.requests().values())
     if not reqs:
         return None, "no requests"
+    why = bound_applies(cfg, (r.priority for r in reqs))
+    if why is not None:
+        return None, f"B does not apply: {why}"
     q = peak_present(trace.steps())
-    # KV that can hold every running request at full length never binds (no
-    # KV stop, no preemption): as good as unlimited for the bound. vLLM's pool
-    # is always finite, so this is how a recorded trace qualifies.
-    longest = max(r.prompt_tokens + r.max_tokens for r in reqs)
-    kv_binds = cfg.kv_blocks is not None and (
-        cfg.kv_blocks < min(q, cfg.max_num_seqs) * blocks_for(longest, cfg.block_size))
-    why = [w for w, bad in (("priority queue", cfg.queue != "fcfs"),
-                            ("async scheduling", cfg.async_scheduling),
-                            ("KV blocks that can run out", kv_binds)) if bad]
-    if why:
-        return None, ("B assumes FCFS, synchronous scheduling and KV that cannot run out; this trace has "
-                      + ", ".join(why))
     b = workload_bound(cfg, reqs, queue=q)
     return b, f"B = {b}: fair's bound for this config, Q = {q} requests present at the peak"
 

@@ -32,6 +32,10 @@ class Config:
     # `fair` only: steps a LoRA-blocked request may wait before the guard holds
     # the other adapters for it (DESIGN section 3, "starvation guard").
     starvation_steps: int = 16
+    # vLLM's `--prefill-schedule-interval` (data-parallel prefill balancing):
+    # the DP engine core calls `schedule(throttle_prefills=True)` on every step
+    # whose counter is not a multiple of it; 1 = never throttle.
+    prefill_schedule_interval: int = 1
 
     def __post_init__(self) -> None:
         validate(self)
@@ -59,6 +63,17 @@ def _int(cfg: Config, name: str, lo: int) -> None:
         raise ConfigError(f"{name} must be >= {lo}, got {value}")
 
 
+def throttled(cfg: Config, counter: int) -> bool:
+    """Does the DP engine core throttle prefills on a step?
+
+    vLLM 0.32 `DPEngineCoreProc._should_throttle_prefills`: `interval > 1 and
+    step_counter % interval != 0`, where `counter` (vLLM's `step_counter`) is
+    the number of steps run since the current wave started: 0 for the first
+    step after the engine was idle, which is therefore never throttled."""
+    k = cfg.prefill_schedule_interval
+    return k > 1 and counter % k != 0
+
+
 def validate(cfg: Config) -> None:
     """Reject a configuration vLLM would reject or that the model cannot mean."""
     _int(cfg, "max_loras", 1)
@@ -67,6 +82,7 @@ def validate(cfg: Config) -> None:
     _int(cfg, "long_prefill_token_threshold", 0)
     _int(cfg, "block_size", 1)
     _int(cfg, "starvation_steps", 0)
+    _int(cfg, "prefill_schedule_interval", 1)
     if cfg.kv_blocks is not None:
         _int(cfg, "kv_blocks", 1)
     for flag in ("chunked_prefill", "async_scheduling"):

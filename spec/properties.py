@@ -159,8 +159,12 @@ def no_hol_blocking(view: StepView, holds: PolicyHolds | None = None) -> Violati
     capacity would have let in, modulo the holds vLLM declares (no scan in a
     step that preempted; the scan stops at the first request that does not
     fit the seats, the token budget, the KV blocks for its whole sequence, or,
-    without chunked prefill, the budget for its prompt; async output still in
-    flight) and those the policy declares (`holds`).
+    without chunked prefill, the budget for its prompt, and, on a step the DP
+    engine core throttles, at the first request needing more than one token;
+    async output still in flight) and those the policy declares (`holds`).
+    On a throttled step vLLM stops only while something decodes and no request
+    waits for capacity; the property allows the stop on every throttled step,
+    since a trace does not say which.
 
     The scan is replayed in queue order: each request is judged against the
     capacity left when the scan reached it, not at the end of the step."""
@@ -195,6 +199,8 @@ def no_hol_blocking(view: StepView, holds: PolicyHolds | None = None) -> Violati
         if holds is not None and holds.hold(view, rid):
             continue
         need = view.num_tokens[rid] - view.computed[rid]
+        if rec.throttle and need > 1:
+            return None  # declared stop: a throttled step defers prefills (DP prefill balancing)
         if len(rec.running) + len(rec.waiting) > 1 and 0 < cfg.long_prefill_token_threshold < need:
             need = cfg.long_prefill_token_threshold  # vLLM caps the chunk before this check
         if not cfg.chunked_prefill and need > budget:

@@ -39,6 +39,10 @@ class ReqState:
     waiting_since: int = 0  # step it last joined `waiting` (arrival or preemption)
     first_admitted: int | None = None  # step of first admission
     preemptions: int = 0
+    # vLLM `Request.is_prefill_chunk`: set when the request is scheduled, true
+    # while its computed tokens have not caught up with its sequence (DP
+    # prefill throttling defers such requests).
+    is_prefill_chunk: bool = False
 
     @property
     def num_tokens(self) -> int:
@@ -59,6 +63,11 @@ class State:
     running: list[str] = field(default_factory=list)
     finished: set[str] = field(default_factory=set)
     aborted: set[str] = field(default_factory=set)
+    # vLLM's `deferred_waiting`: waiting requests a scan skipped since they
+    # last joined `running`; and `prefill_capacity_bound`, which turns DP
+    # prefill throttling off while requests wait for capacity, not skips.
+    deferred: set[str] = field(default_factory=set)
+    prefill_capacity_bound: bool = False
 
     def used_blocks(self) -> int:
         return sum(self.reqs[r].blocks for r in self.running)
@@ -90,7 +99,9 @@ class StepRecord:
     `waiting` and `running` are the orders when `schedule()` starts (after this
     step's arrivals and aborts); `scheduled` maps request -> tokens this step
     in scheduling order; `finished` lists requests completed by this step's
-    output (under async scheduling that output is applied one step later).
+    output (under async scheduling that output is applied one step later);
+    `throttle` is the step's input from the DP engine core (written only
+    when true).
     """
 
     step: int
@@ -100,12 +111,14 @@ class StepRecord:
     admitted: list[str]
     preempted: list[str]
     finished: list[str]
+    # `schedule(throttle_prefills=True)`: the DP engine core's off-cadence step.
+    throttle: bool = False
     # Not part of the trace format: why the scan left requests waiting,
     # request -> reason, as the policy declares it (used by diagnostics).
     holds: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {
+        line = {
             "kind": "step",
             "step": self.step,
             "waiting": list(self.waiting),
@@ -115,3 +128,6 @@ class StepRecord:
             "preempted": list(self.preempted),
             "finished": list(self.finished),
         }
+        if self.throttle:
+            line["throttle"] = True
+        return line

@@ -307,8 +307,11 @@ def read_trace(path: str | os.PathLike[str], *, allow_truncated_tail: bool = Fal
                 if where[rid] in ("running", "waiting"):
                     where[rid] = "finished"
             last_step = step
+            throttle = obj.get("throttle", False)
+            if not isinstance(throttle, bool):
+                raise err(f"field 'throttle' must be true or false, got {throttle!r}")
             trace.events.append(Step(n, StepRecord(step, waiting, running, scheduled, admitted,
-                                                   preempted, finished)))
+                                                   preempted, finished, throttle)))
         elif kind == "header":
             raise err("a second header line")
         else:

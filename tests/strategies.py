@@ -21,11 +21,9 @@ from dataclasses import dataclass, replace
 from hypothesis import strategies as st
 
 from policy.driver import Workload
-from spec.config import Config
+from spec.config import POLICIES, Config
 from spec.request import Request
 from spec.state import blocks_for
-
-POLICY_NAMES = ("blocking", "vllm", "fair")
 
 
 @dataclass(frozen=True)
@@ -82,6 +80,7 @@ def configs(
         async_scheduling=draw(st.booleans()) if async_scheduling is None else async_scheduling,
         policy=policy,
         starvation_steps=draw(st.integers(0, 6)),
+        prefill_schedule_interval=draw(st.sampled_from([1, 1, 2, 3])),
     )
 
 
@@ -116,31 +115,10 @@ def workloads(draw, b: Bounds, **kw) -> Workload:
 def scenarios(draw, *, policy: str | None = None, **config_kw) -> tuple[Config, Workload]:
     """A completable (config, workload) pair; `policy` pins the policy."""
     b = draw(bounds())
-    p = policy if policy is not None else draw(st.sampled_from(POLICY_NAMES))
+    p = policy if policy is not None else draw(st.sampled_from(POLICIES))
     cfg = draw(configs(b, policy=p, **config_kw))
     return cfg, draw(workloads(b))
 
 
 def with_policy(cfg: Config, policy: str) -> Config:
     return replace(cfg, policy=policy)
-
-
-def claimed(policy: str, cfg: Config, *, skipped_running: bool) -> set[str]:
-    """The step properties `policy` claims under `cfg` (DESIGN section 3).
-
-    `running_lora_cap` is claimed only when every running request is
-    scheduled in every step: async scheduling leaves running requests that are
-    sure to finish unscheduled, and so do external skips, and an unscheduled
-    request's adapter does not count toward the cap (vLLM's rule).
-    """
-    props = {"batch_lora_cap", "capacity", "conservation", "fifo_within_adapter"}
-    if policy in ("vllm", "fair"):
-        props.add("no_hol_blocking")
-    if not cfg.async_scheduling and not skipped_running:
-        props.add("running_lora_cap")
-    return props
-
-
-def fair_bound_applies(cfg: Config, *, skipped_running: bool) -> bool:
-    """`policy.fair.workload_bound`'s assumptions: FCFS, sync, unlimited KV, no skips."""
-    return cfg.queue == "fcfs" and not cfg.async_scheduling and cfg.kv_blocks is None and not skipped_running

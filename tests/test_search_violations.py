@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from dataclasses import replace
 
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis import strategies as st
@@ -206,3 +207,52 @@ def test_skipping_a_lora_request_breaks_the_lora_cap():
     assert run_cap.step < cap.step  # the extra adapter is admitted first, scheduled together later
     cfg = scenario[0]
     assert f"> max_loras {cfg.max_loras}" in cap.message
+
+
+@st.composite
+def throttled_streams(draw) -> tuple[Config, Workload]:
+    """Small sync workloads under DP prefill throttling: mixed base and LoRA
+    requests, some with one-token prompts (the only ones a throttled step admits)."""
+    cfg = Config(max_loras=draw(st.integers(1, 2)), max_num_seqs=8,
+                 max_num_batched_tokens=draw(st.sampled_from([2, 4, 8])),
+                 prefill_schedule_interval=draw(st.integers(2, 3)), policy="vllm")
+    n = draw(st.integers(2, 5))
+    reqs = [Request(f"r{i}", draw(st.integers(0, 3)), draw(st.sampled_from([1, 1, 2, 5, 9])),
+                    draw(st.integers(1, 6)), draw(st.integers(1, 4))) for i in range(n)]
+    return cfg, Workload(reqs)
+
+
+def test_dp_throttle_breaks_the_lora_cap_and_fair_keeps_it():
+    """vLLM 0.32's DP prefill throttle defers running prefill chunks, so their
+    adapters are not counted, a one-token-prompt request of another adapter
+    is admitted, and the next step schedules both: batch_lora_cap broken,
+    which in vLLM is `assert len(scheduled_loras) <= max_loras`
+    (`tests/test_throttle_crash.py` shows the crash in vLLM itself). fair
+    counts every running request's adapter and keeps both caps on the same
+    workload."""
+    scenario = find(throttled_streams(), _breaks_batch_cap, settings=SEARCH)
+    cfg, wl = scenario
+    assert cfg.prefill_schedule_interval > 1
+    no_throttle = (replace(cfg, prefill_schedule_interval=1), wl)
+    assert not _breaks_batch_cap(no_throttle)  # the throttle is the cause
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "fair.jsonl")
+        run(replace(cfg, policy="fair"), wl, trace_path=path)
+        report = check_trace(path)
+    assert not {"batch_lora_cap", "running_lora_cap"} & set(report.first), report.first
+
+
+def test_fair_keeps_the_caps_where_vllm_breaks_them():
+    """The skip and async counterexamples found above, run under fair: its
+    cap counts the adapters of running requests left unscheduled, so both
+    caps hold."""
+    skip = find(lora_skips(), _breaks_batch_cap, settings=SEARCH)
+    cfg, wl = find(scenarios(policy="vllm", async_scheduling=True),
+                   lambda s: _running_lora_cap_broken(*s), settings=SEARCH)
+    for c, w in (skip, (cfg, wl)):
+        fair = replace(c, policy="fair")
+        assert not _running_lora_cap_broken(fair, w)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "fair.jsonl")
+            run(fair, w, trace_path=path)
+            assert not {"batch_lora_cap", "running_lora_cap"} & set(check_trace(path).first)

@@ -5,21 +5,18 @@ One `RuleBasedStateMachine` per policy drives the reference scheduler
 aborts and steps on a random small config, and feeds the same events to
 `spec.observe.Observer`, which re-derives the state from the events alone
 and evaluates the step predicates of `spec.properties`. After every step the
-test asserts that no *claimed* property is violated (`strategies.claimed`):
+test asserts that no property the policy claims (`policy.claims`) is
+violated; for `fair` it also checks bounded_wait with `policy.fair.fair_bound`
+(Q the observed peak) at teardown, after draining the run, where
+`policy.fair.bound_applies` (one priority, no skips).
 
-- `vllm` and `fair`: batch_lora_cap, capacity, conservation,
-  fifo_within_adapter, no_hol_blocking; running_lora_cap only when every
-  running request is scheduled (synchronous scheduling, no skips);
-- `blocking`: the same without no_hol_blocking;
-- `fair`, additionally: bounded_wait with `policy.fair.workload_bound` when its
-  assumptions hold (FCFS, synchronous, unlimited KV, no skips), checked at
-  teardown after draining the run to completion.
-
-Skips. A step may leave base-model running requests unscheduled (DESIGN's
-nondeterministic skip). Skipping a *LoRA* request is not allowed here:
-`test_search_violations.test_skipping_a_lora_request_breaks_the_lora_cap`
-shows it breaks running_lora_cap and then trips vLLM's own assertion on
-batch_lora_cap, so no policy can claim batch_lora_cap under such skips.
+Configs include async scheduling, KV pools that preempt, the priority queue
+and DP prefill throttling (`prefill_schedule_interval`, steps throttled as
+the DP engine core throttles them). A step may also leave running requests
+unscheduled (DESIGN's nondeterministic skip): base-model ones for every
+policy, LoRA ones only for `fair`, whose cap counts them; for `blocking` and
+`vllm` that breaks both caps
+(`test_search_violations.test_skipping_a_lora_request_breaks_the_lora_cap`).
 
 A second test round-trips driver traces through the reader, the replay and
 the trace checker.
@@ -33,15 +30,15 @@ import tempfile
 from hypothesis import given, note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from strategies import bounds, claimed, configs, fair_bound_applies, scenarios
+from strategies import bounds, configs, scenarios
 
-from policy import make_gate
+from policy import claims, make_gate
 from policy.core import Scheduler
 from policy.driver import Workload, run
-from policy.fair import FairHolds, workload_bound
+from policy.fair import FairHolds, bound_applies, fair_bound, workload_bound
 from policy.replay import replay
 from spec.check import check_trace
-from spec.config import Config
+from spec.config import Config, throttled
 from spec.observe import Observer
 from spec.request import Request
 from spec.trace import read_trace
@@ -64,6 +61,8 @@ class PolicyMachine(RuleBasedStateMachine):
         self.obs = Observer(self.cfg, holds)
         self.t = 0
         self.n = 0
+        self.wave = 0  # steps since the scheduler was last idle (DP step_counter)
+        self.peak = 0  # Q: most requests present when a step starts
         self.skipped = False
         self.reqs: dict[str, Request] = {}
         # Events for the observer, fed in the order they take effect: under
@@ -106,25 +105,30 @@ class PolicyMachine(RuleBasedStateMachine):
     def step(self, data):
         """One `schedule()` plus its output, maybe skipping base-model running requests."""
         st_ = self.sched.state
-        base_running = sorted(r for r in st_.running if st_.adapter(r) == 0)
+        skippable = sorted(r for r in st_.running if self.policy == "fair" or st_.adapter(r) == 0)
         skip = frozenset()
-        if base_running and data.draw(st.integers(0, 3), label="skip?") == 0:
-            skip = frozenset(data.draw(st.sets(st.sampled_from(base_running), min_size=1), label="skip"))
+        if skippable and data.draw(st.integers(0, 3), label="skip?") == 0:
+            skip = frozenset(data.draw(st.sets(st.sampled_from(skippable), min_size=1), label="skip"))
         self._step(skip)
 
     @precondition(lambda self: not self.sched.has_work())
     @rule()
     def idle(self):
         """Nothing to schedule: the clock moves on (the engine does not call
-        `schedule()` without requests)."""
+        `schedule()` without requests) and a new DP wave will start."""
         self.t += 1
+        self.wave = 0
 
     def _step(self, skip=frozenset()):
         self.t += 1
         if skip:
             self.skipped = True
-        rec = self.sched.step(self.t, skip)
-        note(f"step {self.t}: skip={sorted(skip)}")
+        st_ = self.sched.state
+        self.peak = max(self.peak, len(st_.waiting) + len(st_.running))
+        throttle = throttled(self.cfg, self.wave)
+        self.wave += 1
+        rec = self.sched.step(self.t, skip, throttle=throttle)
+        note(f"step {self.t}: skip={sorted(skip)} throttle={throttle}")
         if self.cfg.async_scheduling:
             if self.held is not None:
                 self._observe(self.held)
@@ -145,7 +149,7 @@ class PolicyMachine(RuleBasedStateMachine):
     def _observe(self, rec):
         note(f"  record {rec.to_json()}")
         found = self.obs.observe(rec)
-        want = claimed(self.policy, self.cfg, skipped_running=False)
+        want = claims(self.policy, self.cfg, skipped_running=self.skipped)
         bad = [str(v) for v in found if v.property in want]
         assert not bad, f"{self.policy} under {self.cfg}: {bad}"
 
@@ -177,9 +181,10 @@ class PolicyMachine(RuleBasedStateMachine):
         self._feed_events()
         st_ = self.sched.state
         assert set(st_.reqs) == st_.finished | st_.aborted, "a request neither finished nor aborted"
-        if self.policy == "fair" and self.reqs and fair_bound_applies(self.cfg, skipped_running=self.skipped):
-            reqs = self.reqs.values()
-            bound = workload_bound(self.cfg, reqs)
+        reqs = list(self.reqs.values())
+        if self.policy == "fair" and reqs and bound_applies(self.cfg, (r.priority for r in reqs)) is None:
+            bound = fair_bound(self.cfg, queue=self.peak, max_prompt=max(r.prompt_tokens for r in reqs),
+                               max_output=max(r.max_tokens for r in reqs))
             found = self.obs.close(bound)
             assert not found, f"fair's bound B = {bound} broken: {[str(v) for v in found]}"
 
@@ -213,9 +218,7 @@ def _round_trip(scenario):
         assert result.ok, str(result.divergence)
         assert result.matched == result.total == len(trace.steps())
         report = check_trace(path)
-    want = claimed(cfg.policy, cfg, skipped_running=False)
-    if cfg.policy == "fair":
-        want.add("bounded_wait")
+    want = claims(cfg.policy, cfg)
     bad = {p: str(v) for p, v in report.first.items() if p in want}
     assert not bad, bad
 

@@ -1,0 +1,24 @@
+"""The LoRA cap: the one predicate every part of the project asks.
+
+vLLM 0.32 `Scheduler.schedule()` skips a waiting request when
+`len(scheduled_loras) == max_loras and lora_int_id not in scheduled_loras`.
+Which set is counted is the policy's choice (`blocking` and `vllm` count
+vLLM's `scheduled_loras`; `fair` counts every running request's adapter);
+the rule over that set is written here once and used by the reference gates
+(`policy.gate`), the policies inside vLLM (`lora_sched.scheduler`), the trace
+checker (`spec.properties.no_hol_blocking`, `policy.fair.FairHolds`).
+`proofs.encoding` encodes the same rule in SMT and is checked against this
+function by `tests/test_proofs_differential.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+
+def cap_blocks(active: Collection[int], adapter: int, max_loras: int) -> bool:
+    """True when a request of `adapter` may not join a batch whose LoRA
+    adapters are `active`: it uses a LoRA (> 0) not already active and all
+    `max_loras` slots are taken (`>=` rather than vLLM's `==`, so that a set
+    already over the cap also blocks)."""
+    return adapter > 0 and adapter not in active and len(active) >= max_loras

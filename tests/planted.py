@@ -1,0 +1,22 @@
+"""Planted bugs: policies that are wrong on purpose, for checks that must catch them.
+
+Each is a small subclass of a real gate that reintroduces one known mistake;
+the test that uses it asserts that the check it exercises fails on it.
+"""
+
+from __future__ import annotations
+
+from policy.fair import FairGate, FairGuard, Waiting
+
+
+class LoraOnlyStarGuard(FairGuard):
+    """fair's first design: only a LoRA request can be r*, so a base-model
+    request is never put first and a stream of later starving LoRA requests,
+    each visited first, holds it back as long as the stream lasts."""
+
+    def candidate(self, step: int, w: Waiting) -> bool:
+        return w.adapter > 0 and super().candidate(step, w)
+
+
+class LoraOnlyStarGate(FairGate):
+    guard_class = LoraOnlyStarGuard

@@ -30,7 +30,7 @@ class Cex:
 
     policy: str
     property: str
-    config: dict[str, int]
+    config: dict[str, int | bool]
     requests: list[dict[str, int]]  # id, adapter, prompt_tokens, max_tokens, arrival
     aborts: dict[str, int]
     skips: dict[int, list[str]]
@@ -76,13 +76,15 @@ class Cex:
                     changes.append(f"{k}={_fmt(st.get(k))}")
             if st.get("skipped"):
                 changes.append(f"skipped={_fmt(st['skipped'])}")
+            if st.get("throttle"):
+                changes.append("THROTTLED")
             lines.append(f"  step {st['step']:>3}: " + ("; ".join(changes) or "(no change)"))
             prev = st
         return "\n".join(lines)
 
     def to_itf(self) -> dict[str, Any]:
         """Apalache / Quint ITF trace (https://apalache-mc.org/docs/adr/015adr-trace.html)."""
-        vars_ = ["step", *STATE_VARS, "skipped"]
+        vars_ = ["step", *STATE_VARS, "skipped", "throttle"]
 
         def conv(v: Any) -> Any:
             if isinstance(v, bool):
@@ -99,7 +101,7 @@ class Cex:
         for i, st in enumerate(self.states):
             row: dict[str, Any] = {"#meta": {"index": i}}
             for k in vars_:
-                row[k] = conv(st.get(k, []))
+                row[k] = conv(st.get(k, False if k == "throttle" else []))
             states.append(row)
         return {
             "#meta": {"format": "ITF", "format-description": "https://apalache-mc.org/docs/adr/015adr-trace.html",
@@ -147,8 +149,12 @@ def extract(path: Path, m: z3.ModelRef, depth: int, prop: str, note: str = "",
     """Read the first `depth` steps of `path` from model `m`."""
     p, b = path.params, path.bounds
     rid = [f"r{i}" for i in range(b.requests)]
-    cfg = {"max_loras": _iv(m, p.M), "max_num_seqs": _iv(m, p.N),
-           "max_num_batched_tokens": _iv(m, p.T), "starvation_steps": _iv(m, p.S)}
+    cfg: dict[str, int | bool] = {"max_loras": _iv(m, p.M), "max_num_seqs": _iv(m, p.N),
+                                  "max_num_batched_tokens": _iv(m, p.T), "starvation_steps": _iv(m, p.S)}
+    if b.async_scheduling:
+        cfg["async_scheduling"] = True
+    if b.prefill_interval > 1:
+        cfg["prefill_schedule_interval"] = b.prefill_interval
     arrival: dict[int, int] = {}
     aborts: dict[str, int] = {}
     skips: dict[int, list[str]] = {}
@@ -177,6 +183,7 @@ def extract(path: Path, m: z3.ModelRef, depth: int, prop: str, note: str = "",
             "scheduled": {rid[i]: _iv(m, aux.n[i]) for i in live if _iv(m, aux.n[i]) > 0},
             "admitted": [rid[i] for i in live if _bv(m, aux.admitted[i])],
             "skipped": sk,
+            **({"throttle": True} if _bv(m, aux.mid.throttle) else {}),
         })
     requests = [{"id": rid[i], "adapter": _iv(m, p.adapter[i]), "prompt_tokens": _iv(m, p.prompt[i]),
                  "max_tokens": _iv(m, p.max_tokens[i]), "arrival": arrival[i]} for i in sorted(arrival)]

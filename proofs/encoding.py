@@ -701,8 +701,11 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
     fresh_waiting: a waiting request was never admitted and has no tokens
       (no preemption in this encoding).
     running_counters: a running request was admitted at a past step, is in
-      prefill (computed < prompt, nothing generated) or decoding
-      (computed = prompt + generated - 1, generated < max_tokens).
+      prefill (computed < prompt, nothing generated or in flight) or decoding
+      (computed = prompt + generated + in flight - 1, generated < max_tokens,
+      generated + in flight <= max_tokens).
+    async_state: an output in flight belongs to a running request; a deferred
+      request is waiting; the wave counter is >= 0.
     seats: running requests <= max_num_seqs.
     running_loras (only without the skip): distinct running adapters <= max_loras.
     fifo_state: a request of adapter a was admitted only if no earlier request
@@ -725,12 +728,15 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
                                      for i in rng for j in range(i)])
     inv["fresh_waiting"] = z3.And([z3.Implies(s.W[i], z3.And(z3.Not(s.ever[i]), s.computed[i] == 0,
                                                              s.generated[i] == 0)) for i in rng])
+    ph = [z3.If(s.pend[i], 1, 0) for i in rng]
     inv["running_counters"] = z3.And([z3.Implies(s.R[i], z3.And(
         s.ever[i], s.admitted_at[i] <= s.step, s.admitted_at[i] >= 1,
-        s.generated[i] < p.max_tokens[i],
-        z3.Or(z3.And(s.computed[i] >= 1, s.computed[i] < p.prompt[i], s.generated[i] == 0),
-              z3.And(s.generated[i] >= 1, s.computed[i] == p.prompt[i] + s.generated[i] - 1))))
+        s.generated[i] < p.max_tokens[i], s.generated[i] + ph[i] <= p.max_tokens[i],
+        z3.Or(z3.And(s.computed[i] >= 1, s.computed[i] < p.prompt[i], s.generated[i] == 0, z3.Not(s.pend[i])),
+              z3.And(s.generated[i] + ph[i] >= 1, s.computed[i] == p.prompt[i] + s.generated[i] + ph[i] - 1))))
         for i in rng])
+    inv["async_state"] = z3.And([z3.Implies(s.pend[i], s.R[i]) for i in rng]
+                                + [z3.Implies(s.D[i], s.W[i]) for i in rng] + [s.wave >= 0])
     inv["seats"] = _count(s.R) <= p.N
     if running_cap:
         U = [z3.Or([z3.And(s.R[i], p.is_a[i][a]) for i in rng]) for a in range(b.adapters)]

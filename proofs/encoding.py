@@ -704,8 +704,9 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
       prefill (computed < prompt, nothing generated or in flight) or decoding
       (computed = prompt + generated + in flight - 1, generated < max_tokens,
       generated + in flight <= max_tokens).
-    async_state: an output in flight belongs to a running request; a deferred
-      request is waiting; the wave counter is >= 0.
+    async_state: an output in flight belongs to a running request (none
+      without async scheduling); a deferred request is waiting; the wave
+      counter is >= 0.
     seats: running requests <= max_num_seqs.
     running_loras (only without the skip): distinct running adapters <= max_loras.
     fifo_state: a request of adapter a was admitted only if no earlier request
@@ -735,8 +736,9 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
         z3.Or(z3.And(s.computed[i] >= 1, s.computed[i] < p.prompt[i], s.generated[i] == 0, z3.Not(s.pend[i])),
               z3.And(s.generated[i] + ph[i] >= 1, s.computed[i] == p.prompt[i] + s.generated[i] + ph[i] - 1))))
         for i in rng])
-    inv["async_state"] = z3.And([z3.Implies(s.pend[i], s.R[i]) for i in rng]
-                                + [z3.Implies(s.D[i], s.W[i]) for i in rng] + [s.wave >= 0])
+    inv["async_state"] = z3.And([z3.Implies(s.pend[i], z3.And(s.R[i], b.async_scheduling)) for i in rng]
+                                + [z3.Implies(s.D[i], s.W[i]) for i in rng] + [s.wave >= 0]
+                                + ([] if b.async_scheduling else [z3.Not(s.pa)]))
     inv["seats"] = _count(s.R) <= p.N
     if running_cap:
         U = [z3.Or([z3.And(s.R[i], p.is_a[i][a]) for i in rng]) for a in range(b.adapters)]

@@ -43,24 +43,82 @@ def _solver(timeout_ms: int) -> z3.Solver:
     return s
 
 
+def inductive_lemmas(bounds: enc.Bounds, policy: str, timeout_ms: int = 120_000) -> tuple[bool, str]:
+    """Are the strengthening invariants of `encoding.invariants` (without any
+    property) true initially and preserved by every step at these bounds?
+    Checked by two queries: init and not Inv(s0) (unsat), Inv(s0) and one
+    step and not Inv(s1) (unsat). Then they hold in every reachable state
+    and BMC may assume them at every depth (`bmc(lemmas=True)`)."""
+    base = Path(bounds, policy, tag="li")
+    s = _solver(timeout_ms)
+    s.add(*base.base(), *base.init(), z3.Not(z3.And(*base.invariants(0).values())))
+    if s.check() != z3.unsat:
+        return False, "the invariants do not hold initially"
+    st = Path(bounds, policy, tag="ls")
+    s = _solver(timeout_ms)
+    s.add(*st.base(), *st.invariants(0).values())
+    s.add(st.extend())
+    inv1 = st.invariants(1)
+    s.add(z3.Not(z3.And(*inv1.values())))
+    r = s.check()
+    if r == z3.unsat:
+        return True, f"invariants {sorted(inv1)} inductive"
+    if r == z3.sat:
+        m = s.model()
+        bad = [n for n, e in inv1.items() if not z3.is_true(m.eval(e, model_completion=True))]
+        return False, f"invariants {bad} not preserved by a step"
+    return False, f"inductiveness unknown ({s.reason_unknown()})"
+
+
+def adapter_symmetry(path: Path) -> list[z3.BoolRef]:
+    """Adapters are interchangeable for `vllm` and `blocking` (their gates and
+    every property see only which requests share an adapter and how many
+    adapters there are): keep one representative per renaming, adapter a > 1
+    used only after a - 1 was used by an earlier slot. Not for `fair`, whose
+    victim tie-break orders adapters by id."""
+    if path.policy == "fair":
+        return []
+    p, b = path.params, path.bounds
+    return [z3.Implies(p.adapter[i] == a, z3.Or([p.adapter[j] == a - 1 for j in range(i)]))
+            for i in range(b.requests) for a in range(2, b.adapters + 1)]
+
+
 def bmc(bounds: enc.Bounds, policy: str, prop: str, depth: int, *, bound: int | None = None,
         timeout_ms: int = 120_000, fresh: bool = False, progress: Progress | None = None,
-        deadline: float | None = None) -> Result:
+        deadline: float | None = None, lemmas: bool = False, symmetry: bool = False) -> Result:
     """Search depth 1..`depth` for the shortest violation of `prop`
-    (incremental solver, one push/pop per depth). With `fresh`, also time a
-    fresh solver per depth for comparison."""
+    (incremental solver, one push/pop per depth; once a depth is clear its
+    property is assumed at the deeper ones). With `fresh`, also time a
+    fresh solver per depth for comparison.
+
+    `lemmas`: when `inductive_lemmas` proves the strengthening invariants
+    inductive at these bounds, assume them at every depth (sound: they hold
+    in every reachable state), which keeps each depth's query local.
+    `symmetry`: break the adapter renaming symmetry (`adapter_symmetry`).
+    Both only prune unreachable or symmetric states: the shortest
+    counterexample depth is unchanged."""
     t0 = time.monotonic()
     path = Path(bounds, policy)
     s = _solver(timeout_ms)
     s.add(path.base())
     s.add(path.init())
+    note = ""
+    use_lemmas = False
+    if lemmas:
+        use_lemmas, note = inductive_lemmas(bounds, policy, timeout_ms)
+        if use_lemmas:
+            s.add(*path.invariants(0).values())
+    if symmetry:
+        s.add(*adapter_symmetry(path))
     timings: list[tuple[int, float, float]] = []
     for k in range(1, depth + 1):
         if deadline is not None and time.monotonic() > deadline:
             return Result(policy, prop, "holds", k - 1, time.monotonic() - t0, timings=timings,
-                          detail="deadline")
+                          detail="deadline", reason=note)
         t1 = time.monotonic()
         s.add(path.extend())
+        if use_lemmas:
+            s.add(*path.invariants(k).values())
         s.push()
         s.add(z3.Not(path.prop(prop, k, bound)))
         if deadline is not None:  # no query may run past the deadline
@@ -69,7 +127,7 @@ def bmc(bounds: enc.Bounds, policy: str, prop: str, depth: int, *, bound: int | 
         inc = time.monotonic() - t1
         if r == z3.unknown and deadline is not None and time.monotonic() >= deadline:
             return Result(policy, prop, "holds", k - 1, time.monotonic() - t0, timings=timings,
-                          detail=f"deadline during depth {k}")
+                          detail=f"deadline during depth {k}", reason=note)
         fr = -1.0
         if fresh:
             t2 = time.monotonic()
@@ -93,7 +151,8 @@ def bmc(bounds: enc.Bounds, policy: str, prop: str, depth: int, *, bound: int | 
             return Result(policy, prop, "unknown", k, time.monotonic() - t0, reason=s.reason_unknown(),
                           timings=timings)
         s.pop()
-    return Result(policy, prop, "holds", depth, time.monotonic() - t0, bound=bound, timings=timings)
+        s.add(path.prop(prop, k, bound))  # depth k is clear: assume it deeper down
+    return Result(policy, prop, "holds", depth, time.monotonic() - t0, bound=bound, timings=timings, reason=note)
 
 
 def kinduction(bounds: enc.Bounds, policy: str, prop: str, max_k: int = 3, *,

@@ -7,6 +7,11 @@ is *killed* when BMC finds a violation; it *survives* when BMC says the
 property holds up to `depth`. The unmutated encoding must hold on the same
 check (the baseline), otherwise the kill would say nothing about the bug.
 
+Mutants of the environment model (the async skip, the DP throttle) make the
+encoding *safer*, so they are caught the other way round (`expect="cex"`):
+the real encoding has a known shortest counterexample at depth `depth`
+(the baseline) and the mutant must lose it.
+
     lora-sched prove --mutants
 
 prints one timed line per mutant, mypyvy style, and exits 1 if any mutant
@@ -29,12 +34,13 @@ from proofs.unroll import Path
 SMALL = enc.Bounds(requests=3, adapters=2, max_prompt=2, max_output=2, max_loras=(1, 2), max_num_seqs=(1, 3),
                    max_num_batched_tokens=(1, 4), starvation_steps=(0, 1))
 SKIP = replace(SMALL, skip=True)  # running requests may go unscheduled
-# fair's wait on a contended configuration (one LoRA slot): with the guard
-# the worst first-admission wait is pinned (`WAIT_WORST`); a broken guard
-# must exceed it.
-WAIT = enc.Bounds(requests=4, adapters=2, max_prompt=1, max_output=2, max_loras=(1, 1), max_num_seqs=(2, 2),
-                  max_num_batched_tokens=(4, 4), starvation_steps=(0, 0), last_arrival=3)
-WAIT_WORST = 4
+# fair's wait with one LoRA slot and seats and budget to spare: with the
+# guard no request waits more than `WAIT_WORST` steps (fair's tight worst
+# case here: a bound of 2 is broken); without it an adapter-1 stream keeps
+# an adapter-2 request out longer.
+WAIT = enc.Bounds(requests=4, adapters=2, max_prompt=1, max_output=2, max_loras=(1, 1), max_num_seqs=(4, 4),
+                  max_num_batched_tokens=(8, 8), starvation_steps=(0, 0), last_arrival=3)
+WAIT_WORST = 3
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,7 @@ class Mutant:
     bounds: enc.Bounds
     depth: int
     bound: int | None = None
+    expect: str = "holds"  # what the real encoding does on this check: holds | cex
 
 
 CATALOGUE: tuple[Mutant, ...] = (
@@ -65,8 +72,12 @@ CATALOGUE: tuple[Mutant, ...] = (
            "fair", "running_lora_cap", SMALL, 3),
     Mutant("guard_off", "fair's guard never fires (no victim, no hold)",
            "fair", "bounded_wait", WAIT, 10, WAIT_WORST),
-    Mutant("star_not_sticky", "fair's r* is re-chosen every step instead of kept until admitted",
+    Mutant("star_youngest", "fair's r* is the youngest starving request instead of the oldest",
            "fair", "no_hol_blocking", replace(SMALL, max_loras=(1, 1)), 4),
+    Mutant("throttle_ignored", "the DP throttle defers nothing",
+           "vllm", "batch_lora_cap", replace(SMALL, max_loras=(1, 1), prefill_interval=2), 3, expect="cex"),
+    Mutant("async_no_skip", "async scheduling schedules a running request sure to finish",
+           "vllm", "running_lora_cap", replace(SMALL, async_scheduling=True), 2, expect="cex"),
 )
 # cap_late_fair plants the same bug as cap_late under the other policy.
 _BUG = {"cap_late_fair": "cap_late"}
@@ -86,9 +97,14 @@ class Outcome:
         secs = time.strftime("%H:%M:%S", time.gmtime(self.seconds))[1:] + f"{self.seconds % 1:.1f}"[1:]
         prop = m.property + (f" (B={m.bound})" if m.bound is not None else "")
         if not self.baseline_ok:
-            word = f"BASELINE FAILS: {prop} ({m.policy}) is violated without the bug: {self.detail}"
+            want = "violated" if m.expect == "holds" else "not violated"
+            word = f"BASELINE FAILS: {prop} ({m.policy}) is {want} without the bug: {self.detail}"
+        elif self.killed and m.expect == "cex":
+            word = f"killed by {prop} ({m.policy}): its counterexample at depth {m.depth} is lost."
         elif self.killed:
             word = f"killed by {prop} ({m.policy}) at depth {self.depth}."
+        elif m.expect == "cex":
+            word = f"SURVIVED: {prop} ({m.policy}) still violated at depth {self.depth}!"
         else:
             word = f"SURVIVED {prop} ({m.policy}) up to depth {self.depth}!"
         return f"mutant {m.name} ... {word} ({secs})"
@@ -124,6 +140,9 @@ def run_mutant(m: Mutant, *, timeout_ms: int = 60_000, baselines: dict | None = 
     base, base_k = cache[key]
     bugged = replace(m.bounds, mutant=_BUG.get(m.name, m.name))
     verdict, k = _first_violation(bugged, m.policy, m.property, m.depth, m.bound, timeout_ms)
+    if m.expect == "cex":  # the real encoding's shortest counterexample must be lost
+        return Outcome(m, verdict == "holds", k, time.monotonic() - t0, (base, base_k) == ("cex", m.depth),
+                       f"{base} at depth {base_k}")
     return Outcome(m, verdict == "cex", k, time.monotonic() - t0, base == "holds",
                    f"{base} at depth {base_k}" if base != "holds" else verdict)
 

@@ -62,7 +62,8 @@ class Template:
             status = rs.status if rs else None
             eqs += [m.W[i] == (status == "waiting"), m.R[i] == (status == "running"),
                     m.F[i] == (status == "finished"), m.X[i] == (status == "aborted"),
-                    self.skip[i] == (rid in skip), m.pend[i] == bool(rs and rs.placeholders > 0 and status == "running"),
+                    self.skip[i] == (rid in skip),
+                    m.pend[i] == bool(rs and rs.placeholders > 0 and status == "running"),
                     m.D[i] == (rid in st.deferred)]
             if rs is None:
                 eqs += [p.adapter[i] == 0, p.prompt[i] == 1, p.max_tokens[i] == 1, m.computed[i] == 0,

@@ -118,7 +118,12 @@ class Cex:
                 "requests": self.requests, "aborts": self.aborts,
                 "skips": {str(k): v for k, v in self.skips.items()}, "bound": self.bound,
                 "depth": self.states[-1]["step"] if self.states else None,
+                **({"throttled": self.throttled()} if self.throttled() else {}),
                 **({"extra": self.extra} if self.extra else {})}
+
+    def throttled(self) -> list[int]:
+        """Steps the DP engine core throttled in the counterexample."""
+        return [st["step"] for st in self.states if st.get("throttle")]
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Cex:
@@ -232,13 +237,20 @@ def emit_test(cex: Cex, path: str) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     name = f"{cex.policy}_{cex.property}".replace("-", "_")
     body = pprint.pformat(cex.to_json(), width=100)
+    throttled = cex.throttled()
     with open(path, "w") as f:
         f.write(f'"""Replay of a `lora-sched prove` counterexample: {cex.policy} violates {cex.property}."""\n\n'
-                "from proofs.cex import Cex, replay\n\n"
+                + ("from policy.driver import run\n" if throttled else "")
+                + "from proofs.cex import Cex, replay\n\n"
                 f"CEX = {body}\n\n\n"
                 f"def test_{name}_replays() -> None:\n"
                 "    out = replay(Cex.from_json(CEX))\n"
                 "    assert out.reproduced, out.detail\n")
+        if throttled:  # the reference's DP engine cadence throttles the same steps as the solver's trace
+            f.write(f"\n\ndef test_{name}_throttles_the_same_steps() -> None:\n"
+                    "    cex = Cex.from_json(CEX)\n"
+                    "    res = run(cex.config_obj(), cex.workload(truncate=True))\n"
+                    "    assert [r.step for r in res.records if r.throttle] == CEX['throttled']\n")
 
 
 @dataclass

@@ -344,6 +344,8 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     rng, A, t = range(b.requests), b.adapters, m.step
     sticky = z3.Or([z3.And(m.Z[i], m.W[i]) for i in rng])
     cand = [z3.And(m.W[i], t - m.arrival[i] >= p.S) for i in rng]
+    if mutant == "star_lora_only":  # fair's first design: a base-model request is never r*
+        cand = [z3.And(c, p.adapter[i] > 0) for i, c in enumerate(cand)]
     if mutant == "star_youngest":
         first = [z3.And(cand[i], *[z3.Not(cand[j]) for j in range(i + 1, b.requests)]) for i in rng]
     else:
@@ -377,7 +379,7 @@ class FairStart:
 
 
 MUTANTS = ("cap_early", "cap_late", "seats_unchecked", "budget_plus_one", "fifo_reversed",
-           "drop_running", "guard_off", "star_youngest", "throttle_ignored", "async_no_skip")
+           "drop_running", "guard_off", "star_youngest", "star_lora_only", "throttle_ignored", "async_no_skip")
 
 
 def decoding(p: Params, m: Mid, i: int) -> z3.BoolRef:

@@ -104,8 +104,9 @@ def bmc(bounds: enc.Bounds, policy: str, prop: str, depth: int, *, bound: int | 
     s.add(path.init())
     note = ""
     use_lemmas = False
-    if lemmas:
-        use_lemmas, note = inductive_lemmas(bounds, policy, timeout_ms)
+    if lemmas:  # the lemma proof counts against the deadline too
+        left = timeout_ms if deadline is None else max(1, min(timeout_ms, int((deadline - time.monotonic()) * 1000)))
+        use_lemmas, note = inductive_lemmas(bounds, policy, left)
         if use_lemmas:
             s.add(*path.invariants(0).values())
     if symmetry:
@@ -215,21 +216,26 @@ def kinduction(bounds: enc.Bounds, policy: str, prop: str, max_k: int = 3, *,
 
 
 def worst_wait(bounds: enc.Bounds, policy: str, depth: int, bound: int, *, timeout_ms: int = 300_000,
-               progress: Progress | None = None) -> Result:
+               progress: Progress | None = None, lemmas: bool = False) -> Result:
     """bounded_wait with an age counter (step - arrival of a never-admitted
     waiting request). Arrivals are limited to `bounds.last_arrival`. First:
     can any request wait > bound within the horizon `depth` (cex)? If depth <
     last_arrival + bound, the horizon must be complete: no request can still
     be waiting at its end (else "unknown"), so every wait is observed. Then the worst
     wait the solver can force, by iterative tightening: find a trace with a
-    first admission after w steps, then ask for w+1, ... until unsat."""
+    first admission after w steps, then ask for w+1, ... until unsat.
+    `lemmas`: assume the strengthening invariants at every step once
+    `inductive_lemmas` proves them inductive at these bounds (sound)."""
     t0 = time.monotonic()
     path = Path(bounds, policy)
     s = _solver(timeout_ms)
     s.add(path.base())
     s.add(path.init())
+    use = lemmas and inductive_lemmas(bounds, policy, timeout_ms)[0]
     for _k in range(depth):
         s.add(path.extend())
+        if use:
+            s.add(*path.invariants(_k + 1).values())
     s.push()
     s.add(z3.Or([z3.Not(path.prop("bounded_wait", k, bound)) for k in range(1, depth + 1)]))
     r = s.check()

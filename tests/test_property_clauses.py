@@ -176,6 +176,16 @@ def test_no_hol_declared_stops() -> None:
     assert P.no_hol_blocking(view(r, config=base, running_after=["a"])) is None
 
 
+def test_no_hol_throttle_stop() -> None:
+    # on a throttled step the scan stops at a request needing more than one token...
+    r = rec(["b", "base"], ["a"], {"a": 1}, [])
+    r.throttle = True
+    assert P.no_hol_blocking(view(r)) is None
+    # ...but a one-token prompt is still admitted: leaving it is a violation
+    fires(P.no_hol_blocking(view(r, num_tokens={**{k: 2 for k in ADAPTER}, "base": 1})), "no_hol_blocking",
+          "'base'")
+
+
 def test_no_hol_async_output_in_flight_is_a_hold() -> None:
     assert P.no_hol_blocking(_hol(in_flight={"base"})) is None
 

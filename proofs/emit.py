@@ -31,10 +31,33 @@ def _emit_worst(cex: Cex, worst: int, path: str, doc: str) -> None:
                 f"    assert max(out.waits.values()) == {worst} <= {cex.bound}, out.detail\n")
 
 
+def family_witness(out_dir: str) -> None:
+    """fair (v3) on `proofs.benchmark.FAMILY`: a request waits 10 steps (the
+    benchmark shows none waits more); written as a replay that must wait
+    exactly that long in `policy/`."""
+    from proofs.benchmark import FAMILY
+
+    r = engine.bmc(FAMILY, "fair", "bounded_wait", 17, bound=9, lemmas=True)
+    assert r.verdict == "cex" and r.cex is not None and r.replay_ok, (r.verdict, r.detail)
+    doc = ("Replay of fair's worst wait on the R=6 family model of `proofs.benchmark`.\n\n"
+           "R=6, A=3, P<=1, L<=2, max_loras 1..2, max_num_seqs 1..2, arrivals by step 7: Z3 finds a\n"
+           "request waiting 10 steps (and `python -m proofs.benchmark --only fair_wait_family` shows\n"
+           "none waits more). The witness must wait exactly 10 in `policy/` (written by\n"
+           "`python -m proofs.emit --family`).\n")
+    write_itf(r.cex, os.path.join(out_dir, "fair_family_worst_wait.itf.json"))
+    _emit_worst(r.cex, 10, os.path.join(out_dir, "test_fair_family_worst_wait.py"), doc)
+    print(f"fair family witness: {r.detail}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default=HERE)
+    ap.add_argument("--family", action="store_true",
+                    help="only the witness of fair's worst wait 10 on the R=6 family model (about a minute)")
     a = ap.parse_args()
+    if a.family:
+        family_witness(a.dir)
+        return
     for name, bounds, prop in (("vllm_async_running_lora_cap", ASYNC, "running_lora_cap"),
                                ("vllm_throttle_batch_lora_cap", THROTTLE, "batch_lora_cap")):
         r = engine.bmc(bounds, "vllm", prop, 4)

@@ -15,12 +15,13 @@ import pprint
 
 from proofs import engine
 from proofs.cex import Cex, emit_test, write_itf
-from proofs.checks import ASYNC, THROTTLE, WAIT_FAIR, WAIT_HORIZON, wait_bound
+from proofs.checks import ASYNC, THROTTLE, WAIT_FAIR, WAIT_HORIZON, fair_B, wait_bound
 
 HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "cex")
 
 
-def _emit_worst(cex: Cex, worst: int, path: str, doc: str) -> None:
+def _emit_worst(cex: Cex, worst: int, bound: int, path: str, doc: str) -> None:
+    """A replay asserting the witness's worst wait in `policy/` is `worst` (<= fair's `bound`)."""
     body = pprint.pformat(cex.to_json(), width=100)
     with open(path, "w") as f:
         f.write(f'"""{doc}"""\n\n'
@@ -28,7 +29,7 @@ def _emit_worst(cex: Cex, worst: int, path: str, doc: str) -> None:
                 f"CEX = {body}\n\n\n"
                 "def test_fair_worst_wait_witness_replays() -> None:\n"
                 "    out = replay(Cex.from_json(CEX))\n"
-                f"    assert max(out.waits.values()) == {worst} <= {cex.bound}, out.detail\n")
+                f"    assert max(out.waits.values()) == {worst} <= {bound}, out.detail\n")
 
 
 def family_witness(out_dir: str) -> None:
@@ -40,12 +41,13 @@ def family_witness(out_dir: str) -> None:
     r = engine.bmc(FAMILY, "fair", "bounded_wait", 17, bound=9, lemmas=True)
     assert r.verdict == "cex" and r.cex is not None and r.replay_ok, (r.verdict, r.detail)
     doc = ("Replay of fair's worst wait on the R=6 family model of `proofs.benchmark`.\n\n"
+           f"B = fair_bound(Q=6) = {fair_B(FAMILY)}. "
            "R=6, A=3, P<=1, L<=2, max_loras 1..2, max_num_seqs 1..2, arrivals by step 7: Z3 finds a\n"
            "request waiting 10 steps (and `python -m proofs.benchmark --only fair_wait_family` shows\n"
            "none waits more). The witness must wait exactly 10 in `policy/` (written by\n"
            "`python -m proofs.emit --family`).\n")
     write_itf(r.cex, os.path.join(out_dir, "fair_family_worst_wait.itf.json"))
-    _emit_worst(r.cex, 10, os.path.join(out_dir, "test_fair_family_worst_wait.py"), doc)
+    _emit_worst(r.cex, 10, fair_B(FAMILY), os.path.join(out_dir, "test_fair_family_worst_wait.py"), doc)
     print(f"fair family witness: {r.detail}")
 
 
@@ -77,7 +79,7 @@ def main() -> None:
            f"is\n{r.worst}; B = fair_bound(Q={b.requests}) = {B}. The witness must replay in `policy/`\n"
            "with exactly that wait (written by `python -m proofs.emit`).\n")
     write_itf(r.cex, os.path.join(a.dir, "fair_worst_wait.itf.json"))
-    _emit_worst(r.cex, r.worst or 0, os.path.join(a.dir, "test_fair_worst_wait.py"), doc)
+    _emit_worst(r.cex, r.worst or 0, B, os.path.join(a.dir, "test_fair_worst_wait.py"), doc)
     print(f"fair worst wait {r.worst} <= B {B}: {r.detail}")
 
 

@@ -139,7 +139,8 @@ def bmc(bounds: enc.Bounds, policy: str, prop: str, depth: int, *, bound: int | 
             s.set("timeout", max(1, min(timeout_ms, _wall_ms(deadline - clock(), clock))))
         r = s.check()
         inc = clock() - t1
-        if r == z3.unknown and deadline is not None and clock() >= deadline:
+        if r == z3.unknown and deadline is not None and (clock() >= deadline - 0.5
+                                                         or s.reason_unknown() in ("timeout", "canceled")):
             return Result(policy, prop, "holds", k - 1, clock() - t0, timings=timings,
                           detail=f"deadline during depth {k}", reason=note)
         fr = -1.0

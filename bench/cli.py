@@ -3,40 +3,24 @@
 Simulated by default (reference policies + the cost model, well under a
 minute); `--speed` adds the reference-vs-vLLM scheduler speed (imports vLLM,
 which alone takes tens of seconds); `--live` runs the policies inside the CPU
-vLLM server. Results go to `--out` as JSON and PNG; stdout gets the tables.
+vLLM server, driven by vLLM's own benchmark client (`bench.live`). Results go
+to `--out` as JSON and PNG; stdout gets the tables.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
+import shutil
 import time
 from pathlib import Path
 
-from bench.costmodel import DEFAULT, SEED_BLOCKING, SEED_PR, SEED_RATIO, SEED_ROWS
-from bench.simulate import POLICIES, progress, ratio, seed_config, seed_requests, simulate_policy
-from bench.sweeps import STARVATION_STEPS, STREAM_LENGTHS, starvation_sweep, tuning_sweep
-
-ROWS = [
-    ("Successful requests", "completed", "{:.0f}"),
-    ("Benchmark duration (s)", "duration_s", "{:.2f}"),
-    ("Total input tokens", "total_input_tokens", "{:.0f}"),
-    ("Total generated tokens", "total_output_tokens", "{:.0f}"),
-    ("Request throughput (req/s)", "request_throughput", "{:.2f}"),
-    ("Output token throughput (tok/s)", "output_throughput", "{:.2f}"),
-    ("Total Token throughput (tok/s)", "total_token_throughput", "{:.2f}"),
-    ("Mean TTFT (ms)", "mean_ttft_ms", "{:.2f}"),
-    ("Median TTFT (ms)", "median_ttft_ms", "{:.2f}"),
-    ("P99 TTFT (ms)", "p99_ttft_ms", "{:.2f}"),
-    ("Mean TPOT (ms)", "mean_tpot_ms", "{:.2f}"),
-    ("Median TPOT (ms)", "median_tpot_ms", "{:.2f}"),
-    ("P99 TPOT (ms)", "p99_tpot_ms", "{:.2f}"),
-    ("Mean ITL (ms)", "mean_itl_ms", "{:.2f}"),
-    ("Median ITL (ms)", "median_itl_ms", "{:.2f}"),
-    ("P99 ITL (ms)", "p99_itl_ms", "{:.2f}"),
-]
-LIVE_NEEDS = ("conformance.server", "conformance.assets", "conformance.policies")
+from lora_sched.bench.costmodel import DEFAULT, SEED_BLOCKING, SEED_PR, SEED_RATIO, SEED_ROWS
+from lora_sched.bench.live import LIVE_INPUT_MEAN, LIVE_OUTPUT, LIVE_PROMPTS, LIVE_STARVATION_STEPS
+from lora_sched.bench.simulate import progress, ratio, seed_config, seed_requests, simulate_policy
+from lora_sched.bench.sweeps import STARVATION_STEPS, STREAM_LENGTHS, starvation_sweep, tuning_sweep
+from lora_sched.bench.table import table
+from lora_sched.spec.config import POLICIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,50 +37,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--docs-img", default=None, help="also copy the plots into this directory")
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--live", action="store_true", help="run the policies inside the CPU vLLM server")
+    parser.add_argument("--adversarial", action="store_true",
+                        help="hill-climb each policy's worst workloads; save them under bench/families/")
+    parser.add_argument("--frontier", action="store_true",
+                        help="worst wait vs throughput per policy and knob, per family; table + frontier.png")
+    parser.add_argument("--optimum", metavar="POLICY", default=None,
+                        help="hill-climb a small instance against POLICY, then the best schedule under "
+                             "wait bounds by exhaustive search (bench.optimum)")
+    adv = parser.add_argument_group("adversarial / frontier / optimum modes")
+    adv.add_argument("--iters", type=int, default=250, help="hill-climbing steps per restart")
+    adv.add_argument("--restarts", type=int, default=2, help="restarts per (policy, objective)")
+    adv.add_argument("--seed", type=int, default=0, help="search seed")
+    adv.add_argument("--families-dir", default=None, help="where families are saved / read (default bench/families)")
     live = parser.add_argument_group("live mode (--live)")
-    live.add_argument("--live-prompts", type=int, default=200, help="requests per policy")
-    live.add_argument("--live-output", type=int, default=32, help="output tokens per request")
-    live.add_argument("--live-input-mean", type=int, default=60, help="mean prompt tokens (seed: 249)")
-    live.add_argument("--live-starvation-steps", type=int, default=16, help="fair's starvation_steps")
+    live.add_argument("--live-prompts", type=int, default=LIVE_PROMPTS, help="requests per policy (--num-prompts)")
+    live.add_argument("--live-output", type=int, default=LIVE_OUTPUT,
+                      help="output tokens per request (--random-output-len, with --ignore-eos)")
+    live.add_argument("--live-input-mean", type=int, default=LIVE_INPUT_MEAN,
+                      help="mean prompt tokens (--random-input-len; the seed: 249)")
+    live.add_argument("--live-starvation-steps", type=int, default=LIVE_STARVATION_STEPS,
+                      help="fair's starvation_steps")
     live.add_argument("--live-policies", default="blocking,vllm,fair")
     live.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for each server")
-
-
-def table(columns: dict[str, dict[str, float]]) -> str:
-    """benchmark_serving's block, one column per run, seed rows included."""
-    names = list(columns)
-    head = f"{'':34}" + "".join(f"{n[:20]:>21}" for n in names)
-    lines = [head, "-" * len(head)]
-    for label, key, fmt in ROWS:
-        cells = "".join(f"{fmt.format(columns[n][key]) if key in columns[n] else '-':>21}" for n in names)
-        lines.append(f"{label:34}{cells}")
-    return "\n".join(lines)
 
 
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x.strip())
 
 
-def live_missing() -> list[str]:
-    return [m for m in LIVE_NEEDS if importlib.util.find_spec(m) is None]
-
-
 def main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.live:
-        missing = live_missing()
-        if missing:
-            print("live mode needs the conformance harness's server and scheduler classes; "
-                  f"missing: {', '.join(missing)} (issue #4). Nothing was run.")
-            return 2
-        from bench.live import main_live  # pragma: no cover - needs the live harness
+        from lora_sched.bench.live import main_live
+
         return main_live(args)
+    if args.optimum:
+        return main_optimum(args, out)
+    if args.adversarial or args.frontier:
+        return main_search(args, out)
     t_start = time.perf_counter()
     report: dict = {"cost_model": DEFAULT.to_dict(), "seed": SEED_ROWS}
     model = DEFAULT
     if args.calibrate:
-        from bench.simulate import calibrate
+        from lora_sched.bench.simulate import calibrate
         progress("calibrating the cost model on the seed's PR row ...")
         model = calibrate()
         report["cost_model"] = model.to_dict()
@@ -122,6 +106,16 @@ def main(args: argparse.Namespace) -> int:
     print(table(cols))
     print(f"\nthroughput vllm/blocking: simulated {r_vb:.2f}x, seed {SEED_RATIO:.2f}x (16.75 / 2.49)")
     print(f"throughput fair/vllm: simulated {r_fv:.3f} (starvation_steps {cfg.starvation_steps})")
+    # vLLM's GPU default: async scheduling (fair's cap then also counts the
+    # sure-to-finish requests vLLM leaves unscheduled).
+    acfg = seed_config(async_scheduling=True)
+    aruns = {p: simulate_policy(acfg, reqs, p, model) for p in ("vllm", "fair")}
+    r_fv_async = ratio(aruns, "fair", "vllm")
+    report["simulated_async"] = {"runs": {p: r.summary() for p, r in aruns.items()},
+                                 "ratio_fair_over_vllm": r_fv_async}
+    print(f"throughput fair/vllm with async scheduling: simulated {r_fv_async:.3f} "
+          f"(vllm {aruns['vllm'].block['request_throughput']:.2f} req/s, "
+          f"fair {aruns['fair'].block['request_throughput']:.2f} req/s)")
     print("\nwait before first admission per adapter (steps mean/max | seconds mean/max):")
     for p, r in runs.items():
         cells = "  ".join(f"a{a}: {v['mean_wait_steps']:.0f}/{v['max_wait_steps']} | "
@@ -159,7 +153,7 @@ def main(args: argparse.Namespace) -> int:
               f"{fire if fire is not None else 'none in the sweep'}")
 
     if args.speed:
-        from bench.refspeed import reference_speed, vllm_speed
+        from lora_sched.bench.refspeed import reference_speed, vllm_speed
         progress("reference speed: importing vLLM and timing its Scheduler ...")
         ref = reference_speed(cfg, reqs)
         vl = vllm_speed(cfg, reqs)
@@ -172,7 +166,7 @@ def main(args: argparse.Namespace) -> int:
               f" ratio {ref.steps_per_s / vl.steps_per_s:.2f}x")
 
     if not args.no_plots:
-        from bench import plots
+        from lora_sched.bench import plots
         progress("plots ...")
         paths = [plots.wait_distribution(runs, out / "waits.png"),
                  plots.starvation(rows, out / "starvation.png")]
@@ -183,4 +177,78 @@ def main(args: argparse.Namespace) -> int:
     report["wall_s"] = time.perf_counter() - t_start
     (out / "results.json").write_text(json.dumps(report, indent=1, default=str))
     progress(f"done in {report['wall_s']:.1f} s; results in {out / 'results.json'}")
+    return 0
+
+
+def main_search(args: argparse.Namespace, out: Path) -> int:
+    """`--adversarial` and/or `--frontier` (`bench.adversarial`, `bench.frontier`)."""
+    from lora_sched.bench.adversarial import print_rows, search
+    from lora_sched.bench.families import FAMILY_DIR, FamilyError, all_families
+    from lora_sched.bench.frontier import frontier, print_table
+
+    t_start = time.perf_counter()
+    fam_dir = Path(args.families_dir) if args.families_dir else FAMILY_DIR
+    report: dict = {"command": "bench", "seed": args.seed}
+    progress(f"seed {args.seed}, families in {fam_dir}")
+    if args.adversarial:
+        rows = search(iters=args.iters, restarts=args.restarts, seed=args.seed, out_dir=fam_dir)
+        report["adversarial"] = rows
+        print_rows(rows)
+    if args.frontier:
+        try:
+            fams = all_families(fam_dir)
+        except FamilyError as exc:
+            print(f"error: {exc}")
+            return 2
+        result = frontier(fams)
+        report["frontier"] = result
+        print()
+        print_table(result)
+        if not args.no_plots:
+            from lora_sched.bench import plots
+            path = plots.frontier(result, out / "frontier.png")
+            report["plots"] = [str(path)]
+            if args.docs_img:
+                dest = Path(args.docs_img)
+                dest.mkdir(parents=True, exist_ok=True)
+                shutil.copy(path, dest / "frontier.png")
+    report["wall_s"] = time.perf_counter() - t_start
+    name = "search.json"
+    (out / name).write_text(json.dumps(report, indent=1, default=str))
+    progress(f"done in {report['wall_s']:.1f} s; results in {out / name}")
+    return 0
+
+
+def main_optimum(args: argparse.Namespace, out: Path) -> int:
+    """`--optimum POLICY`: the policy's worst small instance, and the best schedule
+    of it under each wait bound (`bench.optimum`)."""
+    from lora_sched.bench.optimum import gap_table, small_adversarial
+    from lora_sched.spec.config import Config
+    from lora_sched.spec.request import Request
+
+    if args.optimum not in ("fair", "fair_cohort", "fair_drain", "fair_lrw", "drainer", "timeslice", "vtc"):
+        print(f"error: --optimum: unknown policy {args.optimum!r}")
+        return 2
+    progress(f"seed {args.seed}: hill climbing a small instance against {args.optimum} ({args.iters} steps)")
+    found = small_adversarial(args.optimum, iters=args.iters, seed=args.seed)
+    cfg = Config.from_dict(found["config"])
+    reqs = [Request(**q) for q in found["requests"]]
+    hi = max(found["wait"], found["vllm"]["wait"]) + 2
+    gap = gap_table(cfg, reqs, list(range(0, hi + 1, 2)),
+                    policies=("fair", "fair_cohort", "fair_drain", "fair_lrw", "drainer", "timeslice", "vtc"))
+    print(f"== Best schedule under a wait bound (exhaustive search), worst small instance for {args.optimum} ==")
+    print(f"config: max_loras {cfg.max_loras}, max_num_seqs {cfg.max_num_seqs}, "
+          f"max_num_batched_tokens {cfg.max_num_batched_tokens}, knob (starvation_steps) {cfg.starvation_steps}")
+    print("requests (id, adapter, prompt, max_tokens, arrival): "
+          + " ".join(f"({q.id},{q.adapter},{q.prompt_tokens},{q.max_tokens},{q.arrival})" for q in reqs))
+    v = gap["vllm"]
+    print(f"vllm: last step {v['last_step']}, worst wait {v['wait']}")
+    for p, r in gap["policies"].items():
+        print(f"{p:12} last step {r['last_step']:>4}, worst wait {r['wait']:>4}, ratio vs vllm {r['ratio']:.3f}")
+    print(f"{'wait bound W':>13}{'optimum last step':>19}{'best ratio vs vllm':>20}{'states':>9}")
+    for row in gap["rows"]:
+        opt = "infeasible" if row["optimum_last_step"] is None else row["optimum_last_step"]
+        cap = "-" if row["ratio_cap"] is None else f"{row['ratio_cap']:.3f}"
+        print(f"{row['wait_bound']:>13}{opt:>19}{cap:>20}{row['states']:>9}")
+    (out / "optimum.json").write_text(json.dumps({"instance": found, "gap": gap}, indent=1, default=str))
     return 0

@@ -1,4 +1,6 @@
-"""Plots of the benchmark (matplotlib, Agg: no display on the benchmark machines)."""
+"""Plots of the benchmark (matplotlib, Agg: no display on the benchmark machines).
+
+Every plot draws a policy in its colour from `COLORS`, the one colour map."""
 
 from __future__ import annotations
 
@@ -6,18 +8,28 @@ import shutil
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from lora_sched.bench.simulate import PolicyRun  # noqa: E402
 
-from bench.simulate import PolicyRun  # noqa: E402
+COLORS = {"blocking": "tab:red", "vllm": "tab:blue", "fair": "tab:green", "drainer": "tab:orange",
+          "timeslice": "tab:purple", "vtc": "tab:brown", "fair_cohort": "tab:cyan", "fair_drain": "tab:pink",
+          "fair_lrw": "tab:gray"}
+
+
+def color(policy: str) -> str:
+    """The colour of `policy` in every plot."""
+    return COLORS[policy]
 
 
 def wait_distribution(runs: dict[str, PolicyRun], path: Path) -> Path:
     """Per policy: histogram of waits; per adapter: mean and max wait (steps)."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for name, r in runs.items():
-        axes[0].hist(list(r.waits.values()), bins=40, histtype="step", label=name, linewidth=1.5)
+        axes[0].hist(list(r.waits.values()), bins=40, histtype="step", label=name, linewidth=1.5,
+                     color=color(name))
     axes[0].set_xlabel("wait before first admission (steps)")
     axes[0].set_ylabel("requests")
     axes[0].set_yscale("log")
@@ -27,8 +39,9 @@ def wait_distribution(runs: dict[str, PolicyRun], path: Path) -> Path:
     for i, (name, r) in enumerate(runs.items()):
         adapters = sorted(r.adapters)
         xs = [a + (i - (len(runs) - 1) / 2) * width for a in adapters]
-        axes[1].bar(xs, [r.adapters[a]["max_wait_steps"] for a in adapters], width, alpha=0.35)
-        axes[1].bar(xs, [r.adapters[a]["mean_wait_steps"] for a in adapters], width, label=name)
+        axes[1].bar(xs, [r.adapters[a]["max_wait_steps"] for a in adapters], width, alpha=0.35, color=color(name))
+        axes[1].bar(xs, [r.adapters[a]["mean_wait_steps"] for a in adapters], width, label=name,
+                    color=color(name))
     axes[1].set_xlabel("adapter")
     axes[1].set_ylabel("wait (steps): mean solid, max faint")
     axes[1].set_yscale("log")
@@ -44,7 +57,7 @@ def starvation(rows: list[dict], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     xs = [r["length"] for r in rows]
     for policy, style in (("vllm", "o-"), ("fair", "s-"), ("blocking", "^-")):
-        ax.plot(xs, [r[policy] for r in rows], style, label=policy)
+        ax.plot(xs, [r[policy] for r in rows], style, label=policy, color=color(policy))
     ax.plot(xs, [r["bound"] for r in rows], "k--", label="fair bound B")
     ax.set_xlabel("stream length (steps of arrivals for adapters 1 and 2)")
     ax.set_ylabel("wait of the adapter-3 request (steps)")
@@ -87,14 +100,13 @@ def tuning(sweep: dict, path: Path) -> Path:
 
 
 def live(runs: dict[str, dict], path: Path) -> Path:
-    """Live runs: TTFT distribution per policy; wait per adapter from the traces."""
-    from bench.live import ttft_quantiles
-
+    """Live runs: TTFT distribution per policy (vLLM's client); wait per adapter from the traces."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for name, v in ttft_quantiles(runs).items():
-        if len(v):
-            axes[0].plot(v, [(i + 1) / len(v) for i in range(len(v))], label=name)
-    axes[0].set_xlabel("TTFT (s), client-side")
+    for name, r in runs.items():
+        v = sorted(r["ttfts"])
+        if v:
+            axes[0].plot(v, [(i + 1) / len(v) for i in range(len(v))], label=name, color=color(name))
+    axes[0].set_xlabel("TTFT (s), vLLM's benchmark client")
     axes[0].set_ylabel("fraction of requests")
     axes[0].set_title("live: TTFT distribution per policy")
     axes[0].legend()
@@ -103,8 +115,9 @@ def live(runs: dict[str, dict], path: Path) -> Path:
         ad = r["trace"]["adapters"]
         adapters = sorted(ad)
         xs = [int(a) + (i - (len(runs) - 1) / 2) * width for a in adapters]
-        axes[1].bar(xs, [ad[a]["max_wait_steps"] for a in adapters], width, alpha=0.35)
-        axes[1].bar(xs, [max(ad[a]["mean_wait_steps"], 0.5) for a in adapters], width, label=name)
+        axes[1].bar(xs, [ad[a]["max_wait_steps"] for a in adapters], width, alpha=0.35, color=color(name))
+        axes[1].bar(xs, [max(ad[a]["mean_wait_steps"], 0.5) for a in adapters], width, label=name,
+                    color=color(name))
     axes[1].set_xlabel("adapter")
     axes[1].set_ylabel("wait (engine steps): mean solid, max faint")
     axes[1].set_yscale("log")
@@ -112,6 +125,41 @@ def live(runs: dict[str, dict], path: Path) -> Path:
     axes[1].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def frontier(result: dict[str, list[dict]], path: Path) -> Path:
+    """Per family: worst wait (x, log) against throughput vs vllm (y), one colour
+    per policy, its knob values joined by a line; a ring marks the default knob."""
+    from lora_sched.bench.frontier import DEFAULT_KNOB, KNOBBED
+
+    names = list(result)
+    cols = 3
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.8 * rows), squeeze=False)
+    for ax, name in zip(axes.flat, names, strict=False):
+        pts = result[name]
+        for policy in dict.fromkeys(p["policy"] for p in pts):
+            mine = sorted((p for p in pts if p["policy"] == policy), key=lambda p: p["knob"] or 0)
+            c = color(policy)
+            ax.plot([max(p["wait"], 1) for p in mine], [p["ratio"] for p in mine], "o-", color=c,
+                    label=policy, markersize=3, linewidth=1)
+            d = next((p for p in mine if p["knob"] == (DEFAULT_KNOB if policy in KNOBBED else None)), None)
+            if d is not None:
+                ax.scatter([max(d["wait"], 1)], [d["ratio"]], s=70, facecolors="none", edgecolors=c, zorder=3)
+        ax.axhline(0.8, color="k", linestyle=":", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_title(name, fontsize=8)
+        ax.set_xlabel("worst wait (steps)")
+        ax.set_ylabel("throughput / vllm")
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=6)
+    fig.suptitle("frontier: knob values joined, ring = default knob (16); dotted = 0.8 of vllm", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.985))
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from policy.driver import Workload, run
-from spec.config import Config
-from spec.request import Request
+from lora_sched.policy.driver import Workload, run
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
 
 
 @dataclass
@@ -43,9 +43,8 @@ def reference_speed(cfg: Config, reqs: list[Request], repeat: int = 3) -> Speed:
 
 def vllm_speed(cfg: Config, reqs: list[Request], repeat: int = 3) -> Speed:
     """Best of `repeat` runs of vLLM's `Scheduler` (schedule + update_from_output)."""
+    from lora_sched.conformance.inprocess import _model_output, _vllm_request, make_scheduler
     from vllm.v1.core.sched.scheduler import Scheduler
-
-    from conformance.inprocess import _model_output, _vllm_request, make_scheduler
 
     template = make_scheduler(cfg, "vllm")
     best = None

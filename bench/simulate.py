@@ -34,14 +34,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+from lora_sched.bench.costmodel import DEFAULT, SEED_PR, CostModel, StepFeatures, fit
+from lora_sched.policy.driver import RunResult, Workload, run
+from lora_sched.policy.workloads import seed_mix
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
 
-from bench.costmodel import DEFAULT, SEED_PR, CostModel, StepFeatures, fit
-from policy.driver import RunResult, Workload, run
-from policy.workloads import seed_mix
-from spec.config import Config
-from spec.request import Request
-
-POLICIES = ("blocking", "vllm", "fair")
 SEED_PROMPTS = 500
 SEED_INPUT_TOKENS = 124520
 SEED_OUTPUT = 120
@@ -106,13 +104,13 @@ class Timeline:
 def build_timeline(result: RunResult) -> Timeline:
     """Walk the records once: features per step, which step delivers each token.
 
-    Synchronous scheduling: a step's output (its sampled tokens) is available
-    at the end of that step. A request samples when its computed tokens reach
-    prompt + generated (vLLM's `_update_after_schedule`); a preemption resets
-    the computed count and the recompute delivers no token until it catches up.
+    A step's output (its sampled tokens) is available at the end of that
+    step. A request samples when its computed tokens reach prompt + tokens
+    sampled so far (vLLM's `_update_after_schedule`; under async scheduling
+    the samples in flight are its output placeholders, so the rule is the
+    same and only the scheduler's decisions differ); a preemption resets the
+    computed count and the recompute delivers no token until it catches up.
     """
-    if result.config.async_scheduling:
-        raise ValueError("the simulated benchmark models synchronous scheduling")
     reqs = result.scheduler.state.reqs
     computed: dict[str, int] = {}
     generated: dict[str, int] = {}

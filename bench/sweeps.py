@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bench.costmodel import DEFAULT, CostModel
-from bench.simulate import progress, seed_config, seed_requests, simulate_policy
-from policy.driver import RunResult, Workload, run
-from policy.fair import workload_bound
-from policy.workloads import starvation_stream
-from spec.config import Config
-from spec.request import Request
-from spec.state import peak_present
+from lora_sched.bench.costmodel import DEFAULT, CostModel
+from lora_sched.bench.simulate import progress, seed_config, seed_requests, simulate_policy
+from lora_sched.policy.driver import RunResult, Workload, run
+from lora_sched.policy.fair import workload_bound
+from lora_sched.policy.workloads import starvation_stream
+from lora_sched.spec.config import POLICIES, Config
+from lora_sched.spec.request import Request
+from lora_sched.spec.state import peak_present
 
 STREAM_LENGTHS = (10, 20, 40, 80, 160, 320)
 STARVATION_STEPS = (0, 8, 16, 24, 32, 48, 64, 96, 128, 256)
@@ -47,7 +47,7 @@ def starvation_sweep(lengths: tuple[int, ...] = STREAM_LENGTHS, *,
         if starvation_steps is not None:
             cfg = replace(cfg, starvation_steps=starvation_steps)
         row: dict = {"length": n}
-        for policy in ("blocking", "vllm", "fair"):
+        for policy in POLICIES:
             res = run(cfg, Workload(list(wl.requests)), policy=policy)
             waits = res.waits()
             row[policy] = waits.get("victim-a3")

@@ -16,11 +16,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from conformance.scenarios import SCENARIOS, VICTIM, Scenario
+from lora_sched.policy.scenarios import SCENARIOS, VICTIM, Scenario
+from lora_sched.spec.config import POLICIES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", choices=["vllm", "blocking", "fair"], default="vllm")
+    p.add_argument("--policy", choices=POLICIES, default="vllm")
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default="seed")
     p.add_argument("--in-process", action="store_true",
                    help="drive vLLM's Scheduler class directly (no model, no server)")
@@ -39,9 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def check(trace_path: Path, policy: str, scenario: Scenario) -> tuple[bool, list[str]]:
     """Properties and replay of a (possibly partial) trace; report lines."""
-    from policy import claims
-    from spec.check import check_trace, format_report
-    from spec.trace import TraceError, read_trace
+    from lora_sched.policy import claims
+    from lora_sched.spec.check import check_trace, format_report
+    from lora_sched.spec.trace import TraceError, read_trace
 
     try:
         trace = read_trace(trace_path, allow_truncated_tail=True)
@@ -84,7 +85,7 @@ def main(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     print(f"conform: scenario {scenario.name} ({scenario.about}), policy {args.policy}, {mode}")
     if args.in_process:
-        from conformance.inprocess import run_workload
+        from lora_sched.conformance.inprocess import run_workload
 
         cfg = replace(cfg, async_scheduling=bool(args.async_scheduling))
         steps = run_workload(cfg, scenario.workload, trace_path, policy=args.policy)
@@ -98,14 +99,14 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _live(args: argparse.Namespace, scenario: Scenario, trace_path: Path, out: Path, t0: float) -> int:
-    from conformance.server import LiveServer, ServerError, drive
+    from lora_sched.conformance.server import LiveServer, ServerError, drive
 
     n = scenario.adapters()
     if args.model:
         model = args.model
         modules = list(args.lora_module)
     else:
-        from conformance.assets import ensure_assets
+        from lora_sched.conformance.assets import ensure_assets
 
         assets = ensure_assets(max(1, n))
         model = str(assets.model)
@@ -135,7 +136,7 @@ def _live(args: argparse.Namespace, scenario: Scenario, trace_path: Path, out: P
     ok, lines = check(trace_path, args.policy, scenario)
     print("\n".join(lines))
     if died is not None:
-        from spec.trace import read_trace
+        from lora_sched.spec.trace import read_trace
 
         try:
             last = max((r.step for r in read_trace(trace_path, allow_truncated_tail=True).steps()), default=0)
@@ -150,6 +151,6 @@ def _live(args: argparse.Namespace, scenario: Scenario, trace_path: Path, out: P
 
 
 def _tail(path: Path) -> str:
-    from conformance.server import log_tail
+    from lora_sched.conformance.server import log_tail
 
     return log_tail(path, 15)

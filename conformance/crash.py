@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import combinations_with_replacement, product
 
-from policy.driver import Workload, run
-from spec.config import Config
-from spec.request import Request
+from lora_sched.policy.driver import Workload, run
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
 
 # The search space: max_loras 1, a 3-token budget and 3 seats (vLLM wants
 # max_num_batched_tokens >= max_num_seqs), so a 4-token prompt is

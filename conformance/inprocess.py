@@ -24,11 +24,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from policy.driver import Workload
-from policy.replay import ReplayResult, replay
-from spec.config import Config, throttled
-from spec.request import Request
-from spec.trace import read_trace
+from lora_sched.policy.driver import Workload
+from lora_sched.policy.replay import ReplayResult, replay
+from lora_sched.spec.config import Config, throttled
+from lora_sched.spec.request import Request
+from lora_sched.spec.trace import read_trace
 
 TOKEN = 7  # any id but EOS (2) of the tiny model
 MAX_MODEL_LEN = 2048
@@ -36,7 +36,7 @@ MAX_MODEL_LEN = 2048
 
 def _scheduler_classes(policy: str) -> tuple[type, type]:
     if policy == "vllm":
-        from conformance.recorder import AsyncRecordingScheduler, RecordingScheduler
+        from lora_sched.conformance.recorder import AsyncRecordingScheduler, RecordingScheduler
         return RecordingScheduler, AsyncRecordingScheduler
     from lora_sched.scheduler import CLASSES
     return CLASSES[policy]
@@ -60,14 +60,14 @@ def make_scheduler(cfg: Config, policy: str | None = None, *, model: str | None 
 
     policy = policy or cfg.policy
     if model is None:
-        from conformance.assets import ensure_assets
+        from lora_sched.conformance.assets import ensure_assets
         model = str(ensure_assets(0).model)
     max_len = MAX_MODEL_LEN
     if not cfg.chunked_prefill:
         max_len = min(max_len, cfg.max_num_batched_tokens)
     key = (model, cfg.max_loras, cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.chunked_prefill,
            cfg.long_prefill_token_threshold, cfg.block_size, cfg.queue, cfg.async_scheduling, max_len,
-           cfg.starvation_steps)
+           cfg.starvation_steps, cfg.prefill_schedule_interval)
     vllm_config = _VLLM_CONFIG_CACHE.get(key)
     if vllm_config is None:
         scheduler_config = SchedulerConfig(
@@ -78,6 +78,7 @@ def make_scheduler(cfg: Config, policy: str | None = None, *, model: str | None 
             enable_chunked_prefill=cfg.chunked_prefill,
             async_scheduling=cfg.async_scheduling,
             policy=cfg.queue,
+            prefill_schedule_interval=cfg.prefill_schedule_interval,
             is_encoder_decoder=False,
         )
         model_config = ModelConfig(model=model, dtype="float32", seed=0, max_model_len=max_len,
@@ -153,7 +154,7 @@ def run_workload(cfg: Config, workload: Workload, trace_path: str | os.PathLike[
     """
     plenty = sum(-(-(r.prompt_tokens + r.max_tokens) // cfg.block_size) for r in workload.requests) + 1
     sched = make_scheduler(cfg, policy, plenty_blocks=plenty, scheduler_class=scheduler_class)
-    sched.start_recording(trace_path)
+    sched.start_recording(trace_path, async_scheduling=cfg.async_scheduling)
     arrivals = sorted(workload.requests, key=lambda r: r.arrival)
     aborts = sorted(workload.aborts.items(), key=lambda kv: kv[1])
     ai = bi = seq = 0

@@ -27,14 +27,13 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request as SpecRequest
+from lora_sched.spec.state import StepRecord
+from lora_sched.spec.trace import TraceWriter
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import RequestStatus
-
-from spec.config import Config
-from spec.request import Request as SpecRequest
-from spec.state import StepRecord
-from spec.trace import TraceWriter
 
 TRACE_ENV = "LORA_SCHED_TRACE"
 SOURCE = "vllm 0.32.0"
@@ -47,8 +46,11 @@ class _Open:
     record: StepRecord
 
 
-def config_of(sched: Scheduler, policy: str) -> Config:
-    """The model's config for a live vLLM scheduler (DESIGN §2 keys)."""
+def config_of(sched: Scheduler, policy: str, *, async_scheduling: bool | None = None) -> Config:
+    """The model's config for a live vLLM scheduler (DESIGN §2 keys).
+
+    `async_scheduling`: whether the engine driving the scheduler applies each
+    output one step late; by default what the engine config resolved."""
     sc = sched.scheduler_config
     lora = sched.lora_config
     return Config(
@@ -61,9 +63,15 @@ def config_of(sched: Scheduler, policy: str) -> Config:
         kv_blocks=sched.kv_cache_config.num_blocks - 1,
         block_size=sched.block_size,
         queue=str(getattr(sc.policy, "value", sc.policy)),
-        async_scheduling=isinstance(sched, AsyncScheduler),
+        # How the engine drives it, not the class: vLLM's CPU platform forces
+        # async scheduling off (platforms/cpu.py), and an AsyncScheduler
+        # subclass then gets each output before the next schedule(), like the
+        # sync one. The in-process harness drives either way and says which.
+        async_scheduling=(bool(sched.scheduler_config.async_scheduling) if async_scheduling is None
+                          else async_scheduling),
         policy=policy,
         starvation_steps=int(getattr(sched, "starvation_steps", Config().starvation_steps)),
+        prefill_schedule_interval=int(getattr(sc, "prefill_schedule_interval", 1) or 1),
     )
 
 
@@ -84,10 +92,12 @@ class RecorderMixin:
             self.start_recording(path)
 
     # ---- public ------------------------------------------------------------
-    def start_recording(self, path: str | os.PathLike[str]) -> None:
-        """Open `path` and write the header (also used in-process)."""
+    def start_recording(self, path: str | os.PathLike[str], *, async_scheduling: bool | None = None) -> None:
+        """Open `path` and write the header (also used in-process, where the
+        harness says whether it drives the scheduler asynchronously)."""
         self._check_supported()
-        self._rec_writer = TraceWriter(path, config_of(self, self.policy_name), SOURCE)  # type: ignore[arg-type]
+        config = config_of(self, self.policy_name, async_scheduling=async_scheduling)  # type: ignore[arg-type]
+        self._rec_writer = TraceWriter(path, config, SOURCE)
 
     def stop_recording(self) -> None:
         if self._rec_writer is not None:

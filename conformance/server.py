@@ -28,11 +28,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.recorder import TRACE_ENV
-from conformance.scenarios import Scenario
+from lora_sched.conformance.recorder import TRACE_ENV
+from lora_sched.policy.scenarios import Scenario
 
 SCHEDULER_CLASSES = {
-    "vllm": "conformance.recorder.RecordingScheduler",
+    "vllm": "lora_sched.conformance.recorder.RecordingScheduler",
     "blocking": "lora_sched.scheduler.BlockingScheduler",
     "fair": "lora_sched.scheduler.FairScheduler",
 }

@@ -1,7 +1,7 @@
 """`lora-sched`: one console script, one subcommand per concept.
 
 Each subcommand lives beside the concept it runs (`spec.check`, `proofs.cli`,
-`conformance.cli`, `bench.cli`) and exposes `add_arguments(parser)` and
+`conformance.cli`, `bench.cli`, `fuzz.cli`) and exposes `add_arguments(parser)` and
 `main(args) -> int`; this module only dispatches, importing lazily so that
 `lora-sched check` does not pay for Z3 or vLLM.
 """
@@ -13,12 +13,13 @@ import importlib
 import sys
 
 COMMANDS = {
-    "simulate": ("policy.simulate", "run a workload through a reference policy and write a trace"),
-    "check": ("spec.check", "validate every property on a trace; with --policy, replay it"),
-    "prove": ("proofs.cli", "Z3: bounded model checking, k-induction, worst-case wait"),
-    "conform": ("conformance.cli", "run vLLM (live or in-process) and check it against the reference"),
-    "bench": ("bench.cli", "benchmark the three policies (simulated, or --live on vLLM)"),
-    "view": ("view.cli", "draw a trace or counterexample as a timeline (HTML or PNG)"),
+    "simulate": ("lora_sched.policy.simulate", "run a workload through a reference policy and write a trace"),
+    "check": ("lora_sched.spec.check", "validate every property on a trace; with --policy, replay it"),
+    "prove": ("lora_sched.proofs.cli", "Z3: bounded model checking, k-induction, worst-case wait"),
+    "conform": ("lora_sched.conformance.cli", "run vLLM (live or in-process) and check it against the reference"),
+    "bench": ("lora_sched.bench.cli", "benchmark the three policies (simulated, or --live on vLLM)"),
+    "fuzz": ("lora_sched.fuzz.cli", "a fuzz campaign of vLLM's scheduler against the spec, on Ray"),
+    "view": ("lora_sched.view.cli", "draw a trace or counterexample as a timeline (HTML or PNG)"),
 }
 
 

@@ -53,16 +53,18 @@ from typing import Any
 
 import vllm
 import vllm.v1.core.sched.scheduler as _vsched
+from vllm.logger import init_logger
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import PriorityRequestQueue, RequestQueue, SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
-from conformance.recorder import RecorderMixin
-from policy.fair import FairGuard, Waiting
-from spec.cap import cap_blocks
-from spec.config import Config
+from lora_sched.conformance.recorder import RecorderMixin
+from lora_sched.policy.fair import FairGuard, Waiting
+from lora_sched.spec.cap import cap_blocks
+from lora_sched.spec.config import Config
 
+_log = init_logger("vllm.lora_sched")  # under "vllm", whose handlers vLLM configures
 SUPPORTED_VLLM = "0.32.x"  # versions whose schedule() shape this module was built and tested against
 CONFIG_KEY = "lora_sched"
 SETTINGS = {"starvation_steps": Config().starvation_steps}
@@ -159,11 +161,17 @@ def hook_schedule(source: str, *, version: str = vllm.__version__, filename: str
     scan.body.insert(0, ast.copy_location(call, scan.body[0]))
     ast.fix_missing_locations(tree)
     namespace: dict[str, Any] = {}
-    exec(compile(tree, f"{filename} (lora_sched hooks)", "exec"), vars(_vsched), namespace)  # noqa: S102
+    # Compile under vLLM's module's __future__ flags, not this module's.
+    flags = getattr(vars(_vsched).get("annotations"), "compiler_flag", 0)
+    code = compile(tree, f"{filename} (lora_sched hooks)", "exec", flags=flags, dont_inherit=True)
+    exec(code, vars(_vsched), namespace)  # noqa: S102
     return namespace["schedule"]
 
 
 _SCHEDULE = hook_schedule(inspect.getsource(Scheduler.schedule))
+if not vllm.__version__.startswith("0.32."):
+    _log.warning("lora_sched.scheduler: built and tested against vLLM %s; this is vLLM %s. The hooks found "
+                 "their shapes, but run the conformance tests before trusting it.", SUPPORTED_VLLM, vllm.__version__)
 
 
 # ---- r* first -------------------------------------------------------------------
@@ -306,8 +314,11 @@ class FairMixin(HookedMixin):
         super().__init__(*args, **kwargs)
         s: Any = self
         self.starvation_steps = settings_from(s.vllm_config)["starvation_steps"]
+        _log.info("lora_sched: fair on %s, starvation_steps=%d, max_loras=%s", type(self).__name__,
+                  self.starvation_steps, s.lora_config.max_loras if s.lora_config else None)
         self._since: dict[str, int] = {}  # request id -> step it last joined waiting
-        self._seq: dict[str, int] = {}  # request id -> arrival order
+        self._seq: dict[str, int] = {}  # request id -> arrival order (of requests not yet freed)
+        self._arrivals = 0
         self._guard: FairGuard | None = None
         self._star: Request | None = None
         s.waiting = StarFirstQueue(s.waiting)
@@ -327,7 +338,8 @@ class FairMixin(HookedMixin):
         s: Any = self
         super().add_request(request)  # type: ignore[misc]
         self._since[request.request_id] = s.current_step + 1
-        self._seq[request.request_id] = len(self._seq)
+        self._seq[request.request_id] = self._arrivals
+        self._arrivals += 1
 
     def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> None:
         s: Any = self
@@ -375,11 +387,12 @@ class FairMixin(HookedMixin):
         g.end_step(s.current_step, self._active())
         return out
 
-    def finish_requests(self, request_ids: Any, finished_status: RequestStatus) -> Any:
-        done = super().finish_requests(request_ids, finished_status)  # type: ignore[misc]
-        for r in done or ():
-            self._since.pop(r.request_id, None)
-        return done
+    def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        """Every finished or aborted request passes here: forget it (a long-running
+        server must not keep one entry per request ever served)."""
+        self._since.pop(request.request_id, None)
+        self._seq.pop(request.request_id, None)
+        return super()._free_request(request, *args, **kwargs)  # type: ignore[misc]
 
 
 class FairScheduler(RecorderMixin, FairMixin, Scheduler):

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
-from policy.blocking import BlockingGate
-from policy.fair import FairGate
-from policy.gate import Gate
-from policy.vllm import VllmGate
-from spec.config import POLICIES, Config
+from lora_sched.policy.blocking import BlockingGate
+from lora_sched.policy.drainer import DrainerGate
+from lora_sched.policy.fair import FairGate
+from lora_sched.policy.fair_drain import FairCohortGate, FairDrainGate, FairLrwGate
+from lora_sched.policy.gate import Gate
+from lora_sched.policy.timeslice import TimesliceGate
+from lora_sched.policy.vllm import VllmGate
+from lora_sched.policy.vtc import VtcGate
+from lora_sched.spec.config import POLICIES, REFERENCE_POLICIES, Config
 
-GATES = {"blocking": BlockingGate, "vllm": VllmGate, "fair": FairGate}
-assert tuple(GATES) == POLICIES, "spec.config.POLICIES lists the policies, in this order"
+GATES = {"blocking": BlockingGate, "vllm": VllmGate, "fair": FairGate,
+         # the field's policies as references, and fair prototypes priced on the frontier
+         "drainer": DrainerGate, "timeslice": TimesliceGate, "vtc": VtcGate,
+         "fair_cohort": FairCohortGate, "fair_drain": FairDrainGate, "fair_lrw": FairLrwGate}
+# Gates that hold requests on purpose without declaring those holds on a
+# trace (spec.properties.PolicyHolds): they do not claim no_hol_blocking.
+UNDECLARED_HOLDS = {"drainer", "timeslice", "vtc", "fair_cohort", "fair_drain", "fair_lrw"}
+FAIR_CAP = {"fair", "fair_cohort", "fair_drain", "fair_lrw"}  # cap over every running request's adapter
+assert tuple(GATES) == POLICIES + REFERENCE_POLICIES, "spec.config lists the policies, in this order"
 
 
 def claims(policy: str, config: Config, *, skipped_running: bool = False) -> set[str]:
@@ -26,17 +37,26 @@ def claims(policy: str, config: Config, *, skipped_running: bool = False) -> set
       (tests/test_search_violations.py).
     - `fair` counts every running request's adapter, so it claims both caps
       everywhere, and `bounded_wait` (checked where `policy.fair.bound_applies`).
+    - The reference gates (tests/test_reference_gates.py) keep vLLM's cap;
+      `drainer` gives up `fifo_within_adapter` (its 1.2x tolerance admits a
+      short request of a draining adapter past a long one); `drainer`,
+      `timeslice` and `vtc` give up `no_hol_blocking`, and `drainer` and
+      `timeslice` are shown to starve. The fair prototypes `fair_cohort`,
+      `fair_drain` and `fair_lrw` claim what `fair` claims but
+      `no_hol_blocking` (their holds are not declared on traces yet).
     """
     claimed = {"capacity", "conservation", "fifo_within_adapter"}
     unscheduled = skipped_running or config.prefill_schedule_interval > 1
-    if policy == "fair":
+    if policy in FAIR_CAP:
         claimed |= {"batch_lora_cap", "running_lora_cap", "bounded_wait"}
     elif not unscheduled:
         claimed.add("batch_lora_cap")
         if not config.async_scheduling:
             claimed.add("running_lora_cap")
-    if policy != "blocking":
+    if policy != "blocking" and policy not in UNDECLARED_HOLDS:
         claimed.add("no_hol_blocking")
+    if policy == "drainer":
+        claimed.discard("fifo_within_adapter")
     return claimed
 
 

@@ -8,7 +8,7 @@ measured at 2.49 req/s against 16.75.
 
 from __future__ import annotations
 
-from policy.gate import Decision, ScanContext, vllm_cap_blocks
+from lora_sched.policy.gate import Decision, ScanContext, vllm_cap_blocks
 
 
 class BlockingGate:

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from policy.gate import Decision, Gate, ScanContext
-from spec.config import Config
-from spec.request import Request
-from spec.state import ReqState, State, StepRecord, blocks_for
+from lora_sched.policy.gate import Decision, Gate, ScanContext
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
+from lora_sched.spec.state import ReqState, State, StepRecord, blocks_for
 
 
 class ScheduleError(ValueError):

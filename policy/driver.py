@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
-from policy import make_gate
-from policy.core import Scheduler
-from policy.gate import Gate
-from spec.config import Config, throttled
-from spec.request import Request
-from spec.state import StepRecord
-from spec.trace import TraceWriter
+from lora_sched.policy import make_gate
+from lora_sched.policy.core import Scheduler
+from lora_sched.policy.gate import Gate
+from lora_sched.spec.config import Config, throttled
+from lora_sched.spec.request import Request
+from lora_sched.spec.state import StepRecord
+from lora_sched.spec.trace import TraceWriter
 
 
 @dataclass

@@ -46,7 +46,7 @@ LoRADrainer drains one adapter and LoRAX rotates adapters by time slice).
 
 Bound. Let P be the largest prompt, L the largest `max_tokens`,
 W = P + L - 1 (the tokens one request computes in one stay in `running`),
-N = `max_num_seqs`, T = `max_num_batched_tokens`, c the long-prefill
+N = min(`max_num_seqs`, Q), T = `max_num_batched_tokens`, c the long-prefill
 threshold (chunks = ceil(W / c), 1 when off), k = `prefill_schedule_interval`
 (1 without DP throttling) and Q the most requests present (waiting or
 running) when a step starts. Then
@@ -90,11 +90,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from policy.gate import Decision, ScanContext, running_loras
-from spec.cap import cap_blocks
-from spec.config import Config
-from spec.properties import StepView
-from spec.request import Request
+from lora_sched.policy.gate import Decision, ScanContext, running_loras
+from lora_sched.spec.cap import cap_blocks
+from lora_sched.spec.config import Config
+from lora_sched.spec.properties import StepView
+from lora_sched.spec.request import Request
 
 
 @dataclass(frozen=True)
@@ -165,18 +165,20 @@ class FairGuard:
         self.active_since = {a: self.active_since.get(a, step) for a in active}
 
 
-def drain_steps(config: Config, *, max_prompt: int, max_output: int) -> int:
-    """D of the module docstring: the most steps a request stays in `running`."""
+def drain_steps(config: Config, *, max_prompt: int, max_output: int, queue: int | None = None) -> int:
+    """D of the module docstring: the most steps a request stays in `running`
+    (N is `max_num_seqs`, or Q when fewer requests are ever present)."""
     work = max_prompt + max_output - 1
     c = config.long_prefill_token_threshold
     chunks = -(-work // c) if c > 0 else 1
-    return (config.max_num_seqs * work) // config.max_num_batched_tokens \
+    seats = config.max_num_seqs if queue is None else min(config.max_num_seqs, queue)
+    return (seats * work) // config.max_num_batched_tokens \
         + config.prefill_schedule_interval * chunks + (max_output - 1) + (2 if config.async_scheduling else 0)
 
 
 def fair_bound(config: Config, *, queue: int, max_prompt: int, max_output: int) -> int:
     """B of the module docstring for a configuration and workload bounds."""
-    d = drain_steps(config, max_prompt=max_prompt, max_output=max_output)
+    d = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     return config.starvation_steps + queue * (3 * d + 3)
 
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from spec.cap import cap_blocks
-from spec.state import State
+from lora_sched.spec.cap import cap_blocks
+from lora_sched.spec.state import State
 
 
 class Decision(Enum):

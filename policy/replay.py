@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from policy import make_gate
-from policy.core import Scheduler
-from spec.state import StepRecord
-from spec.trace import Abort, Arrive, Step, Trace
+from lora_sched.policy import make_gate
+from lora_sched.policy.core import ScheduleError, Scheduler
+from lora_sched.spec.state import StepRecord
+from lora_sched.spec.trace import Abort, Arrive, Step, Trace
 
 FIELDS = ("waiting", "running", "scheduled", "admitted", "preempted", "finished")
 
@@ -86,6 +86,7 @@ def replay(trace: Trace, policy: str | None = None) -> ReplayResult:
                 return Divergence(ev.rec.step, ev.line, f, want, got, _context(sched, ours, recent))
         return None
 
+    ours_last = StepRecord(0, [], [], {}, [], [], [])
     events = iter(trace.events)
     for ev in events:
         if isinstance(ev, (Arrive, Abort)):
@@ -96,10 +97,14 @@ def replay(trace: Trace, policy: str | None = None) -> ReplayResult:
         for s, e in sorted([p for p in pending if p[0] <= step], key=lambda p: (p[0], isinstance(p[1], Abort))):
             pending.remove((s, e))
             if isinstance(e, Arrive):
-                sched.add(e.req)
+                try:
+                    sched.add(e.req)
+                except ScheduleError as exc:  # a request vLLM would refuse
+                    return ReplayResult(config.policy, matched, len(steps), Divergence(
+                        e.step, e.line, "arrive", f"refused: {exc}", "accepted", _context(sched, ours_last, recent)))
             else:
                 sched.abort(e.id)
-        ours = sched.step(step, throttle=ev.rec.throttle)
+        ours = ours_last = sched.step(step, throttle=ev.rec.throttle)
         fields = FIELDS if not config.async_scheduling else FIELDS[:-1]
         d = compare(ev, ours, fields)
         if d is None and config.async_scheduling and prev is not None:

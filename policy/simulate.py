@@ -5,25 +5,21 @@ from __future__ import annotations
 import argparse
 import sys
 
-from policy.driver import DriverStuck, run
-from policy.workloads import seed_example, starvation_stream
-
-SCENARIOS = {
-    "seed": lambda: seed_example(long={"R4-L1": 2, "R14-L1": 2}, max_tokens=16),
-    "starvation": lambda: starvation_stream(40),
-}
+from lora_sched.policy.driver import DriverStuck, run
+from lora_sched.policy.scenarios import SCENARIOS
+from lora_sched.spec.config import POLICIES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", choices=["blocking", "vllm", "fair"], default="vllm")
+    p.add_argument("--policy", choices=POLICIES, default="vllm")
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default="seed",
-                   help="seed: PR #15422's running example (R4-L1 and R14-L1 finish first); "
-                        "starvation: max_loras 2, a stream for adapters 1 and 2, one adapter-3 request")
+                   help="; ".join(f"{name}: {sc.about}" for name, sc in sorted(SCENARIOS.items())))
     p.add_argument("--out", default="out/trace.jsonl", help="where to write the trace")
 
 
 def main(args: argparse.Namespace) -> int:
-    config, workload = SCENARIOS[args.scenario]()
+    sc = SCENARIOS[args.scenario]
+    config, workload = sc.config, sc.workload
     try:
         result = run(config, workload, policy=args.policy, trace_path=args.out)
     except DriverStuck as exc:

@@ -9,7 +9,7 @@ the active adapters keep receiving requests (vLLM #16876, SGLang #15129).
 
 from __future__ import annotations
 
-from policy.gate import Decision, ScanContext, vllm_cap_blocks
+from lora_sched.policy.gate import Decision, ScanContext, vllm_cap_blocks
 
 
 class VllmGate:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from policy.driver import Workload
-from spec.config import Config
-from spec.request import Request
+from lora_sched.policy.driver import Workload
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
 
 # vLLM PR #15422's running example: max_loras 4, sixteen requests, Rx-Ly uses LoRA y.
 SEED_QUEUE = ["R1", "R2", "R3", "R4-L1", "R5-L3", "R6-L2", "R7-L4", "R8-L5", "R9-L5",

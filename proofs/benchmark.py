@@ -1,6 +1,6 @@
 """Benchmark of the proofs (prints figures; never asserts on time).
 
-    python -m proofs.benchmark [--budget 60] [--only NAME ...] [--list]
+    python -m lora_sched.proofs.benchmark [--budget 60] [--only NAME ...] [--list]
 
 Sections (each a function in `SECTIONS`, so other modules can add theirs):
 
@@ -28,9 +28,9 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from proofs import encoding as enc
-from proofs import engine
-from proofs.checks import ASYNC_THROTTLE, fair_B
+from lora_sched.proofs import encoding as enc
+from lora_sched.proofs import engine
+from lora_sched.proofs.checks import ASYNC_THROTTLE, fair_B
 
 BIG = enc.Bounds(requests=8, adapters=3, max_prompt=2, max_output=2, max_loras=(2, 2), max_num_seqs=(1, 4),
                  max_num_batched_tokens=(1, 6), starvation_steps=(0, 3))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from policy.fair import fair_bound
-from proofs import encoding as enc
-from proofs import engine
-from proofs.cex import replay_lasso
-from spec.config import Config
+from lora_sched.policy.fair import fair_bound
+from lora_sched.proofs import encoding as enc
+from lora_sched.proofs import engine
+from lora_sched.proofs.cex import replay_lasso
+from lora_sched.spec.config import Config
 
 
 def fair_B(b: enc.Bounds, queue: int | None = None) -> int:

@@ -13,10 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import z3
-
-from proofs import encoding as enc
-from proofs.cex import Cex, extract, replay
-from proofs.unroll import Path
+from lora_sched.proofs import encoding as enc
+from lora_sched.proofs.cex import Cex, extract, replay
+from lora_sched.proofs.unroll import Path
 
 Progress = Callable[[str], None]
 

@@ -8,7 +8,7 @@ worst wait (wait). `drift` compares a result with its entry; it is the one
 rule `lora-sched prove --manifest` and `tests/test_proofs_manifest.py` apply.
 Fingerprints come from a tool, never from a hand edit:
 
-    python -m proofs.manifest --record   # re-run every entry, rewrite its fingerprint
+    python -m lora_sched.proofs.manifest --record   # re-run every entry, rewrite its fingerprint
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import json
 import os
 from typing import Any
 
-from proofs import encoding as enc
-from proofs import engine
-from proofs.checks import Check
+from lora_sched.proofs import encoding as enc
+from lora_sched.proofs import engine
+from lora_sched.proofs.checks import Check
 
 MANIFEST = os.path.join(os.path.dirname(__file__), "manifest.json")
 
@@ -82,7 +82,7 @@ def drift(check: Check, r: engine.Result) -> str | None:
 def check_manifest(path: str = MANIFEST, *, progress: engine.Progress | None = print,
                    timeout_ms: int = 120_000) -> list[tuple[Check, engine.Result, str | None]]:
     """Re-run every entry; (check, result, drift or None) per entry."""
-    from proofs.checks import run_check
+    from lora_sched.proofs.checks import run_check
 
     out = []
     for c in load(path):
@@ -100,7 +100,7 @@ def record(path: str = MANIFEST) -> None:
     with open(path) as f:
         raw = json.load(f)
     by_name = {c.extra["name"]: c for c in load(path)}
-    from proofs.checks import run_check
+    from lora_sched.proofs.checks import run_check
 
     for e in raw["checks"]:
         c = by_name[e["name"]]

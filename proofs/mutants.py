@@ -26,9 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import z3
-
-from proofs import encoding as enc
-from proofs.unroll import Path
+from lora_sched.proofs import encoding as enc
+from lora_sched.proofs.unroll import Path
 
 # Small bounds: every mutant dies within a few steps on them.
 SMALL = enc.Bounds(requests=3, adapters=2, max_prompt=2, max_output=2, max_loras=(1, 2), max_num_seqs=(1, 3),

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import z3
-
-from proofs import encoding as enc
+from lora_sched.proofs import encoding as enc
 
 
 @dataclass

@@ -11,6 +11,10 @@ from typing import Any
 
 QUEUES = ("fcfs", "priority")
 POLICIES = ("blocking", "vllm", "fair")
+# The field's policies and fair's prototypes: reference gates for the frontier
+# (bench.frontier), checked by the same properties, not shipped as vLLM
+# scheduler classes (so not in POLICIES, which the harnesses iterate).
+REFERENCE_POLICIES = ("drainer", "timeslice", "vtc", "fair_cohort", "fair_drain", "fair_lrw")
 
 
 class ConfigError(ValueError):
@@ -29,8 +33,10 @@ class Config:
     queue: str = "fcfs"
     async_scheduling: bool = False
     policy: str = "vllm"
-    # `fair` only: steps a LoRA-blocked request may wait before the guard holds
-    # the other adapters for it (DESIGN section 3, "starvation guard").
+    # `fair` (and its prototypes): steps a LoRA-blocked request may wait before the
+    # guard holds the other adapters for it (DESIGN section 3, "starvation
+    # guard"). The reference gates read it as their knob: `drainer`'s wait
+    # threshold, `timeslice`'s cycle length (steps); `vtc` ignores it.
     starvation_steps: int = 16
     # vLLM's `--prefill-schedule-interval` (data-parallel prefill balancing):
     # the DP engine core calls `schedule(throttle_prefills=True)` on every step
@@ -90,5 +96,5 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"{flag} must be true or false, got {getattr(cfg, flag)!r}")
     if cfg.queue not in QUEUES:
         raise ConfigError(f"queue must be one of {', '.join(QUEUES)}, got {cfg.queue!r}")
-    if cfg.policy not in POLICIES:
-        raise ConfigError(f"policy must be one of {', '.join(POLICIES)}, got {cfg.policy!r}")
+    if cfg.policy not in POLICIES + REFERENCE_POLICIES:
+        raise ConfigError(f"policy must be one of {', '.join(POLICIES + REFERENCE_POLICIES)}, got {cfg.policy!r}")

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from spec.config import Config
-from spec.properties import (
+from lora_sched.spec.config import Config
+from lora_sched.spec.properties import (
     STEP_PROPERTIES,
     PolicyHolds,
     StepView,
     Violation,
     bounded_wait,
 )
-from spec.request import Request
-from spec.state import StepRecord, blocks_for
+from lora_sched.spec.request import Request
+from lora_sched.spec.state import StepRecord, blocks_for
 
 
 @dataclass
@@ -72,7 +72,7 @@ class Observer:
             blocks_after[rid] = max(o.blocks, blocks_for(o.computed + n, cfg.block_size)) if n else o.blocks
         used_before_scan = sum(blocks_after.values())
         for rid in rec.admitted:
-            blocks_after[rid] = blocks_for(reqs[rid].computed + rec.scheduled[rid], cfg.block_size)
+            blocks_after[rid] = blocks_for(reqs[rid].computed + rec.scheduled.get(rid, 0), cfg.block_size)
         running_after = [r for r in rec.running if r not in rec.preempted] + list(rec.admitted)
         view = StepView(
             config=cfg,

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from spec.config import Config
-from spec.state import StepRecord, blocks_for
+from lora_sched.spec.cap import cap_blocks
+from lora_sched.spec.config import Config
+from lora_sched.spec.state import StepRecord, blocks_for
 
 
 @dataclass(frozen=True)
@@ -21,9 +22,13 @@ class Violation:
     property: str
     step: int
     message: str
+    line: int | None = None  # the trace line of the step, when judged on a trace file
+
+    def where(self) -> str:
+        return f"step {self.step}" + (f" (line {self.line})" if self.line is not None else "")
 
     def __str__(self) -> str:
-        return f"{self.property}: VIOLATED at step {self.step}: {self.message}"
+        return f"{self.property}: VIOLATED at {self.where()}: {self.message}"
 
 
 @dataclass
@@ -89,23 +94,48 @@ def capacity(view: StepView) -> Violation | None:
 
 def conservation(view: StepView) -> Violation | None:
     """Every request is in exactly one of waiting / running / finished /
-    aborted; the step loses and duplicates none."""
+    aborted, and moves only by the transitions the steps record: the queues a
+    step lists when `schedule()` starts are those its events imply (arrivals
+    and preemptions join `waiting`, admissions join `running`, finishes and
+    aborts leave), and the step admits only waiting requests, preempts only
+    running ones, schedules only running or admitted ones (every admitted
+    one), and finishes only scheduled ones. A request that leaves `running`
+    without finishing, being preempted or aborted is lost; one that comes
+    back after finishing is duplicated."""
     rec, step = view.rec, view.rec.step
-    waiting_after = [r for r in rec.waiting if r not in rec.admitted] + list(rec.preempted)
-    seen: dict[str, str] = {}
-    for where, ids in (("waiting", waiting_after), ("running", view.running_after)):
-        for rid in ids:
-            if rid in seen:
-                return Violation("conservation", step, f"request {rid!r} is both {seen[rid]} and {where}")
-            seen[rid] = where
-    for rid, st in view.status.items():
-        if st in ("waiting", "running") and rid not in seen:
-            return Violation("conservation", step, f"request {rid!r} was {st} and is lost by the step")
-        if st in ("finished", "aborted") and rid in seen:
-            return Violation("conservation", step, f"request {rid!r} is {st} but listed {seen[rid]}")
+
+    def bad(clause: str, msg: str) -> Violation:
+        return Violation("conservation", step, f"clause {clause}: {msg}")
+
+    both = set(rec.waiting) & set(rec.running)
+    if both:
+        return bad("duplicated", f"request {min(both)!r} is listed both waiting and running")
+    for where in ("waiting", "running"):
+        listed = getattr(rec, where)
+        for rid, st in view.status.items():
+            if st == where and rid not in listed:
+                other = "running" if where == "waiting" else "waiting"
+                fate = f"listed {other}" if rid in getattr(rec, other) else "gone"
+                return bad("lost", f"request {rid!r} was {where} and is {fate} without a recorded "
+                           "admission, preemption, finish or abort")
+        for rid in listed:
+            if view.status.get(rid) != where:
+                return bad("listed", f"request {rid!r} is listed {where} but was {view.status.get(rid)}")
+    running = set(rec.running) - set(rec.preempted)
     for rid in rec.admitted:
-        if view.status.get(rid) != "waiting":
-            return Violation("conservation", step, f"request {rid!r} admitted while {view.status.get(rid)}")
+        if rid not in rec.waiting:
+            return bad("admitted", f"request {rid!r} admitted while not waiting")
+        if rid not in rec.scheduled:
+            return bad("admitted", f"request {rid!r} admitted but not scheduled")
+    for rid in rec.preempted:
+        if rid not in rec.running:
+            return bad("preempted", f"request {rid!r} preempted while not running")
+    for rid in rec.scheduled:
+        if rid not in running and rid not in rec.admitted:
+            return bad("scheduled", f"request {rid!r} scheduled while not running")
+    for rid in rec.finished:
+        if rid not in rec.scheduled:
+            return bad("finished", f"request {rid!r} finished without being scheduled this step")
     return None
 
 
@@ -185,7 +215,7 @@ def no_hol_blocking(view: StepView, holds: PolicyHolds | None = None) -> Violati
         if budget <= 0 or seats >= cfg.max_num_seqs:
             return None
         if rid in admitted:
-            budget -= rec.scheduled[rid]
+            budget -= rec.scheduled.get(rid, 0)
             seats += 1
             used += view.blocks_after.get(rid, 0)
             if view.adapter[rid] > 0:
@@ -194,7 +224,7 @@ def no_hol_blocking(view: StepView, holds: PolicyHolds | None = None) -> Violati
         if rid in view.in_flight:
             continue  # stale async output: vLLM skips it
         a = view.adapter[rid]
-        if a > 0 and a not in loras and len(loras) >= cfg.max_loras:
+        if cap_blocks(loras, a, cfg.max_loras):
             continue  # the LoRA cap forbids it
         if holds is not None and holds.hold(view, rid):
             continue

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from spec.config import Config
-from spec.request import Request
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
 
 
 def peak_present(records: Iterable[StepRecord]) -> int:

@@ -1,9 +1,11 @@
 """The `lora-sched-trace` format, version 1 (DESIGN section 5).
 
 JSON Lines, one event a line: a `header`, then `arrive`, `abort` and `step`
-events. `TraceWriter` flushes every line so a crash loses nothing;
-`read_trace` is strict: a malformed or inconsistent trace raises `TraceError`
-naming the file, the line and the reason.
+events (`docs/trace.schema.json` is the JSON Schema of each line).
+`TraceWriter` flushes every line so a crash loses nothing; `read_trace`
+checks structure and references: a malformed trace raises `TraceError`
+naming the file, the line and the reason. What a trace says the scheduler
+did is judged by the properties (`spec.check`), not by the reader.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from spec.config import Config, ConfigError
-from spec.request import Request, RequestError
-from spec.state import StepRecord
+from lora_sched.spec.config import Config, ConfigError
+from lora_sched.spec.request import Request, RequestError
+from lora_sched.spec.state import StepRecord
 
 FORMAT = "lora-sched-trace"
 VERSION = 1
@@ -146,13 +148,22 @@ def iter_lines(path: str) -> Iterator[tuple[int, str]]:
 
 
 def read_trace(path: str | os.PathLike[str], *, allow_truncated_tail: bool = False) -> Trace:
-    """Read and validate a trace.
+    """Read a trace, checking its structure and references only.
 
-    Structural checks (JSON, kinds, field types) and consistency checks: each
-    id arrives once; a step names only arrived requests; `admitted` requests
-    were waiting, `scheduled` ones running or admitted, `preempted` ones
-    running; the waiting and running sets agree with the events before;
-    scheduled tokens fit `max_num_batched_tokens`; step numbers increase.
+    Rejected (`TraceError`, the CLI's exit 2): a line that is not a JSON
+    object; a missing or wrong header (format, version, config); an unknown
+    event kind; a missing field or one of the wrong type; a negative step; a
+    request id listed twice in one field, arriving twice, or not arrived yet
+    (unknown, or its arrival step after the step that names it); step numbers
+    that do not increase; an arrival or abort for a step whose line was
+    already written. The first step may be any number >= 0, and steps may
+    jump over idle ones.
+
+    Not judged here: whether the lists agree with the events before, whether
+    a step admits only waiting requests, fits the budget, the seats or the KV
+    blocks... Those are the properties of `spec.properties` (`conservation`,
+    `capacity`, ...), which `spec.check` reports as violations (exit 1), so a
+    broken recorder is told apart from a scheduler that broke a property.
 
     `allow_truncated_tail`: a crash can cut the last line short; when set, an
     unparsable *final* line is dropped and `Trace.complete` is False.
@@ -203,45 +214,43 @@ def read_trace(path: str | os.PathLike[str], *, allow_truncated_tail: bool = Fal
     trace = Trace(spath, config, str(head.get("source", "")), head, complete=complete)
 
     known: dict[str, Request] = {}
-    where: dict[str, str] = {}  # id -> pending | waiting | running | finished | aborted
-    pending: list[str] = []  # arrived, not yet seen by a step
-    last_step = 0
-    deferred_finish: list[str] = []  # async: finishes applied one step late
-    aborts: list[tuple[int, str]] = []  # applied when the step they name starts
+    last_step: int | None = None  # the last step line read
 
     for n, obj in parsed[1:]:
         def err(reason: str, n: int = n) -> TraceError:
             return TraceError(spath, n, reason)
 
         kind = obj.get("kind")
-        if kind == "arrive":
+        if kind in ("arrive", "abort", "step"):
             step = _get(obj, "step", int, err)
+            if step < 0:
+                raise err(f"field 'step' must be >= 0, got {step}")
+        if kind == "arrive":
             rid = _get(obj, "id", str, err)
             if rid in known:
                 raise err(f"request {rid!r} arrives twice")
-            if step <= last_step:
-                raise err(f"arrival at step {step} is not after step {last_step}, already scheduled")
+            if last_step is not None and step <= last_step:
+                raise err(f"arrival at step {step} comes after the line of step {last_step}: "
+                          "a step's arrivals precede its line")
             try:
                 req = Request(rid, _get(obj, "adapter", int, err), _get(obj, "prompt_tokens", int, err),
                               _get(obj, "max_tokens", int, err), step, obj.get("priority", 0))
             except RequestError as exc:
                 raise err(str(exc)) from None
             known[rid] = req
-            where[rid] = "pending"
-            pending.append(rid)
             trace.events.append(Arrive(n, step, req))
         elif kind == "abort":
-            step = _get(obj, "step", int, err)
             rid = _get(obj, "id", str, err)
             if rid not in known:
                 raise err(f"abort of unknown request {rid!r}")
-            if step <= last_step:
-                raise err(f"abort at step {step} is not after step {last_step}")
-            aborts.append((step, rid))
+            if step < known[rid].arrival:
+                raise err(f"abort of {rid!r} at step {step}, before its arrival step {known[rid].arrival}")
+            if last_step is not None and step <= last_step:
+                raise err(f"abort at step {step} comes after the line of step {last_step}: "
+                          "a step's aborts precede its line")
             trace.events.append(Abort(n, step, rid))
         elif kind == "step":
-            step = _get(obj, "step", int, err)
-            if step <= last_step:
+            if last_step is not None and step <= last_step:
                 raise err(f"step {step} out of order: it follows step {last_step}")
             waiting = _id_list(obj, "waiting", err)
             running = _id_list(obj, "running", err)
@@ -249,6 +258,8 @@ def read_trace(path: str | os.PathLike[str], *, allow_truncated_tail: bool = Fal
             admitted = _id_list(obj, "admitted", err)
             preempted = _id_list(obj, "preempted", err)
             finished = _id_list(obj, "finished", err)
+            if "throttle" in obj and not isinstance(obj["throttle"], bool):
+                raise err(f"field 'throttle' must be true or false, got {obj['throttle']!r}")
             scheduled: dict[str, int] = {}
             for rid, tok in sched_raw.items():
                 if isinstance(tok, bool) or not isinstance(tok, int) or tok < 1:
@@ -257,61 +268,11 @@ def read_trace(path: str | os.PathLike[str], *, allow_truncated_tail: bool = Fal
             for rid in [*waiting, *running, *scheduled, *admitted, *preempted, *finished]:
                 if rid not in known:
                     raise err(f"unknown request {rid!r}")
-            for rid in list(pending):
-                if known[rid].arrival <= step:
-                    where[rid] = "waiting"
-                    pending.remove(rid)
-            for a_step, rid in list(aborts):
-                if a_step <= step:
-                    aborts.remove((a_step, rid))
-                    if where[rid] in ("waiting", "running"):
-                        where[rid] = "aborted"
-            for rid in [*waiting, *running]:
-                if where[rid] == "pending":
+                if known[rid].arrival > step:
                     raise err(f"request {rid!r} is listed before its arrival step {known[rid].arrival}")
-            exp_wait = {r for r, w in where.items() if w == "waiting"}
-            exp_run = {r for r, w in where.items() if w == "running"}
-            if set(waiting) != exp_wait:
-                raise err(_set_diff("waiting", set(waiting), exp_wait))
-            if set(running) != exp_run:
-                raise err(_set_diff("running", set(running), exp_run))
-            for rid in admitted:
-                if where[rid] != "waiting":
-                    what = "admitted twice" if where[rid] == "running" else f"admitted while {where[rid]}"
-                    raise err(f"request {rid!r} {what}")
-            for rid in preempted:
-                if where[rid] != "running":
-                    raise err(f"request {rid!r} preempted while {where[rid]}")
-            for rid in scheduled:
-                if rid in preempted or (where[rid] != "running" and rid not in admitted):
-                    raise err(f"request {rid!r} scheduled while not running")
-            for rid in admitted:
-                if rid not in scheduled:
-                    raise err(f"request {rid!r} admitted but not scheduled")
-            total = sum(scheduled.values())
-            if total > config.max_num_batched_tokens:
-                raise err(f"tokens over budget: {total} scheduled > max_num_batched_tokens "
-                          f"{config.max_num_batched_tokens}")
-            for rid in finished:
-                if rid not in scheduled:
-                    raise err(f"request {rid!r} finished without being scheduled this step")
-            for rid in preempted:
-                where[rid] = "waiting"
-            for rid in admitted:
-                where[rid] = "running"
-            if config.async_scheduling:
-                done, deferred_finish = deferred_finish, list(finished)
-            else:
-                done = list(finished)
-            for rid in done:
-                if where[rid] in ("running", "waiting"):
-                    where[rid] = "finished"
             last_step = step
-            throttle = obj.get("throttle", False)
-            if not isinstance(throttle, bool):
-                raise err(f"field 'throttle' must be true or false, got {throttle!r}")
             trace.events.append(Step(n, StepRecord(step, waiting, running, scheduled, admitted,
-                                                   preempted, finished, throttle)))
+                                                   preempted, finished, obj.get("throttle", False))))
         elif kind == "header":
             raise err("a second header line")
         else:
@@ -319,11 +280,3 @@ def read_trace(path: str | os.PathLike[str], *, allow_truncated_tail: bool = Fal
     return trace
 
 
-def _set_diff(name: str, got: set[str], want: set[str]) -> str:
-    extra, missing = sorted(got - want), sorted(want - got)
-    parts = []
-    if extra:
-        parts.append(f"lists {', '.join(map(repr, extra))} which the events before do not put there")
-    if missing:
-        parts.append(f"misses {', '.join(map(repr, missing))}")
-    return f"inconsistent {name}: " + "; ".join(parts)

@@ -6,7 +6,7 @@ the test that uses it asserts that the check it exercises fails on it.
 
 from __future__ import annotations
 
-from policy.fair import FairGate, FairGuard, Waiting
+from lora_sched.policy.fair import FairGate, FairGuard, Waiting
 
 
 class LoraOnlyStarGuard(FairGuard):

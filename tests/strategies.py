@@ -19,11 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
-
-from policy.driver import Workload
-from spec.config import POLICIES, Config
-from spec.request import Request
-from spec.state import blocks_for
+from lora_sched.policy.driver import Workload
+from lora_sched.spec.config import POLICIES, Config
+from lora_sched.spec.request import Request
+from lora_sched.spec.state import blocks_for
 
 
 @dataclass(frozen=True)

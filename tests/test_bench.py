@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from bench.costmodel import DEFAULT, CostModel
-from bench.simulate import FastBlock, result_block, seed_config, seed_requests, simulate_policy
-from bench.sweeps import starvation_sweep
+from lora_sched.bench.costmodel import DEFAULT, CostModel
+from lora_sched.bench.simulate import FastBlock, result_block, seed_config, seed_requests, simulate_policy
+from lora_sched.bench.sweeps import starvation_sweep
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +45,7 @@ def test_fast_block_equals_result_block(small_runs) -> None:
     reqs, runs = small_runs
     prompts = {r.id: r.prompt_tokens for r in reqs}
     model = CostModel(0.01, 2e-4, 3e-5, 1e-3)
-    from bench.simulate import apply_model
+    from lora_sched.bench.simulate import apply_model
     tl = apply_model(runs["vllm"].timeline, model)
     fast, slow = FastBlock(tl, prompts)(model), result_block(tl, prompts)
     for key, value in slow.items():
@@ -70,42 +69,72 @@ def test_starvation_sweep_vllm_grows_and_fair_stays_bounded() -> None:
 # ---- live mode: the pure parts (no server) ---------------------------------------------------
 
 
-def test_live_block_follows_benchmark_serving_definitions() -> None:
-    from bench.live import RequestTimeline, live_block
-
-    a = RequestTimeline("a", 1, 10, sent=100.0, chunks=[100.5, 100.7, 101.0], output_tokens=3)
-    b = RequestTimeline("b", 2, 20, sent=100.0, chunks=[101.0, 102.0], output_tokens=2)
-    bad = RequestTimeline("c", 3, 30, sent=100.0, error="boom")
-    blk = live_block([a, b, bad])
-    assert blk["completed"] == 2 and blk["failed"] == 1
-    assert blk["duration_s"] == pytest.approx(2.0)  # first send to last chunk
-    assert blk["total_input_tokens"] == 30 and blk["total_output_tokens"] == 5
-    assert blk["request_throughput"] == pytest.approx(1.0)
-    assert blk["total_token_throughput"] == pytest.approx(17.5)
-    assert blk["mean_ttft_ms"] == pytest.approx(750.0)  # (0.5 + 1.0) / 2
-    assert blk["mean_tpot_ms"] == pytest.approx((250.0 + 1000.0) / 2)  # per request, then averaged
-    assert blk["mean_itl_ms"] == pytest.approx((200.0 + 300.0 + 1000.0) / 3)  # gaps pooled
-    assert blk["median_itl_ms"] == pytest.approx(300.0)
-
-
-def test_live_adapter_waits_and_requests() -> None:
-    from bench.live import MAX_MODEL_LEN, adapter_waits, live_requests
-    from spec.request import Request
+def test_live_adapter_waits() -> None:
+    from lora_sched.bench.live import adapter_waits
+    from lora_sched.spec.request import Request
 
     reqs = {"x": Request("x", 1, 8, 4, 1), "y": Request("y", 1, 8, 4, 3), "z": Request("z", 2, 8, 4, 2)}
     waits = adapter_waits(reqs, {"x": 1, "y": 9, "z": 5})
     assert waits[1] == {"requests": 2, "mean_wait_steps": 3.0, "max_wait_steps": 6}
     assert waits[2]["max_wait_steps"] == 3
-    live = live_requests(64, output=16, input_mean=40)
-    assert len(live) == 64 and {r.arrival for r in live} == {1}
-    assert all(r.prompt_tokens + r.max_tokens <= MAX_MODEL_LEN for r in live)
-    assert sorted({r.adapter for r in live}) == list(range(1, 9))
+
+
+def test_live_table_reads_vllm_result_keys() -> None:
+    """The live columns are vLLM's `--save-result` keys (`duration` renamed to the table's
+    `duration_s`); what the table has no row for is dropped."""
+    from lora_sched.bench.live import result_block
+    from lora_sched.bench.table import ROWS, table
+
+    result = {"duration": 12.5, "completed": 200, "failed": 0, "total_input_tokens": 12000,
+              "total_output_tokens": 6400, "request_throughput": 16.0, "output_throughput": 512.0,
+              "total_token_throughput": 1472.0, "mean_ttft_ms": 900.0, "median_ttft_ms": 850.0,
+              "p99_ttft_ms": 2000.0, "mean_tpot_ms": 30.0, "median_tpot_ms": 29.0, "p99_tpot_ms": 60.0,
+              "mean_itl_ms": 31.0, "median_itl_ms": 28.0, "p99_itl_ms": 70.0, "ttfts": [0.9]}
+    block = result_block(result)
+    assert block["duration_s"] == 12.5 and "ttfts" not in block
+    assert {key for _, key, _ in ROWS} <= set(block)
+    text = table({"live vllm": block})
+    assert "Request throughput (req/s)" in text and "16.00" in text and "12.50" in text
+
+
+def test_live_printed_block_is_cut_from_the_client_output() -> None:
+    from lora_sched.bench.live import printed_block
+
+    out = ("Namespace(...)\nStarting main benchmark run...\n"
+           "============ Serving Benchmark Result ============\n"
+           "Successful requests:                     200\n"
+           "==================================================\nsaved\n")
+    block = printed_block(out)
+    assert block.splitlines()[0].startswith("====") and block.splitlines()[-1] == "=" * 50
+    assert "Successful requests" in block and "saved" not in block
+    assert printed_block("no block") == ""
+
+
+@pytest.mark.vllm
+def test_live_client_command_parses_with_vllms_own_parser(tmp_path) -> None:
+    """What `bench --live` passes to `vllm bench serve` is accepted by vLLM's own
+    parser and means what the bench says: random dataset, rate inf, LoRA
+    modules, ignore EOS, the saved result."""
+    from lora_sched.bench.live import client_command
+    from vllm.benchmarks.serve import add_cli_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    cmd = client_command(8123, "/m", ["lora1", "lora2"], prompts=10, input_len=60, output_len=32,
+                         result_dir=tmp_path, result_file="r.json")
+    assert cmd[1:3] == ["-m", "lora_sched.bench.vllm_client"]
+    parser = FlexibleArgumentParser()
+    add_cli_args(parser)
+    a = parser.parse_args(cmd[3:])
+    assert (a.dataset_name, a.num_prompts, a.random_input_len, a.random_output_len) == ("random", 10, 60, 32)
+    assert a.request_rate == float("inf") and a.ignore_eos and a.save_result and a.save_detailed  # ttfts, errors
+    assert a.lora_modules == ["lora1", "lora2"] and a.base_url == "http://127.0.0.1:8123"
+    assert (a.result_dir, a.result_filename) == (str(tmp_path), "r.json")
 
 
 def test_live_trace_summary_counts_the_fair_guard(tmp_path) -> None:
-    from bench.live import trace_summary
-    from policy.driver import run
-    from policy.workloads import starvation_stream
+    from lora_sched.bench.live import trace_summary
+    from lora_sched.policy.driver import run
+    from lora_sched.policy.workloads import starvation_stream
 
     cfg, wl = starvation_stream(40)
     path = tmp_path / "fair.jsonl"
@@ -115,3 +144,36 @@ def test_live_trace_summary_counts_the_fair_guard(tmp_path) -> None:
     assert summary["max_wait_steps"] == max(res.waits().values())
     assert summary["guard_steps"] > 0 and summary["starving_steps"] >= summary["guard_steps"]
     assert summary["adapters"][3]["max_wait_steps"] == res.waits()["victim-a3"]
+
+
+def test_bench_modules_import_each_other_without_a_cycle() -> None:
+    """bench/'s modules, lazy imports included, form no import cycle (cli -> live -> table/plots, never back)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "bench"
+    graph: dict[str, set[str]] = {}
+    for f in root.glob("*.py"):
+        deps = set()
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            deps |= {n.split(".")[2] for n in names if n.startswith("lora_sched.bench.") and n.count(".") >= 2}
+        graph[f.stem] = {d for d in deps if (root / f"{d}.py").exists()} - {f.stem}
+    assert graph["cli"] and graph["live"], graph
+
+    def cycle_from(node: str, path: tuple[str, ...]) -> tuple[str, ...] | None:
+        for nxt in graph[node]:
+            if nxt in path:
+                return (*path, nxt)
+            found = cycle_from(nxt, (*path, nxt))
+            if found:
+                return found
+        return None
+
+    for start in graph:
+        assert cycle_from(start, (start,)) is None, cycle_from(start, (start,))

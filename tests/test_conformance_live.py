@@ -3,18 +3,24 @@
 One short run per policy, then the failure behaviours: a server that cannot
 start gives a clear error with its log tail; a server killed mid-run gives a
 partial-trace report and a non-zero exit. These tests need the `vllm` extra
-(CI installs it); they are not skipped.
+(CI installs it); they are not skipped, they are marked `vllm` and `live`.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
+from lora_sched.conformance import cli
 
-from conformance import cli
+pytestmark = [pytest.mark.vllm, pytest.mark.live]
 
 
 def _args(tmp_path, **kw):
@@ -57,4 +63,61 @@ def test_killed_server_partial_trace(tmp_path, capsys):
     captured = capsys.readouterr()
     assert rc != 0
     assert "server died mid-run" in captured.err and "trace stops at step" in captured.err
+    assert not _no_server_left()
+
+
+def _readme_deploy_command() -> str:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    after = readme.split("<!-- deploy-command:", 1)[1]
+    block = after.split("```sh\n", 1)[1].split("```", 1)[0]
+    return block.strip()
+
+
+def test_readme_deploy_command(tmp_path):
+    """The README's "Deploy fair in vLLM" command, run as written (bash, with
+    the variables it names pointing at the locally generated model and
+    adapters), serves base and LoRA requests through the OpenAI client with
+    fair loaded and its setting applied."""
+    from lora_sched.conformance.assets import ensure_assets
+    from lora_sched.conformance.server import free_port, log_tail
+    from openai import OpenAI
+
+    assets = ensure_assets(3)
+    port = free_port()
+    # As in a shell with the project's environment activated: `python` is ours.
+    path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    env = dict(os.environ, PATH=path, MODEL=str(assets.model), PORT=str(port),
+               **{f"LORA{i}": str(assets.adapters[f"lora{i}"]) for i in (1, 2, 3)})
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env["VLLM_LOGGING_LEVEL"] = "INFO"  # vLLM's default; the in-process harness lowers it for this process
+    log = tmp_path / "server.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(["bash", "-c", _readme_deploy_command()], stdout=f, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=120)
+        while True:
+            assert proc.poll() is None, f"server exited {proc.returncode}:\n{log_tail(log)}"
+            assert time.monotonic() < deadline, f"server not ready:\n{log_tail(log)}"
+            try:
+                models = {m.id for m in client.models.list().data}
+                break
+            except Exception:  # noqa: BLE001 - not listening yet
+                time.sleep(0.5)
+        assert {"lora1", "lora2", "lora3"} <= models
+        with ThreadPoolExecutor(8) as pool:
+            outs = list(pool.map(lambda m: client.completions.create(
+                model=m, prompt="w1 w2 w3 w4", max_tokens=8, temperature=0.0, extra_body={"ignore_eos": True}),
+                [str(assets.model), "lora1", "lora2", "lora3", "lora1", "lora3"]))
+        assert all(o.usage.completion_tokens == 8 for o in outs)
+        text = log.read_text(errors="replace")
+        assert "lora_sched: fair on AsyncFairScheduler, starvation_steps=16, max_loras=2" in text, log_tail(log)
+    finally:
+        for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(timeout=wait)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
     assert not _no_server_left()

@@ -16,14 +16,13 @@ from dataclasses import replace
 import pytest
 from hypothesis import example, given, settings, target
 from hypothesis import strategies as st
+from lora_sched.policy.driver import RunResult, Workload, run
+from lora_sched.policy.fair import workload_bound
+from lora_sched.policy.workloads import FAMILIES, behind_lora_stream
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
+from lora_sched.spec.state import peak_present
 from planted import LoraOnlyStarGate
-
-from policy.driver import RunResult, Workload, run
-from policy.fair import workload_bound
-from policy.workloads import FAMILIES, behind_lora_stream
-from spec.config import Config
-from spec.request import Request
-from spec.state import peak_present
 
 LENGTHS = (40, 80, 160)
 VARIANTS = {

@@ -6,9 +6,9 @@ import importlib.util
 import json
 from pathlib import Path
 
-from proofs import encoding as enc
-from proofs import engine
-from proofs.cex import emit_test, write_itf
+from lora_sched.proofs import encoding as enc
+from lora_sched.proofs import engine
+from lora_sched.proofs.cex import emit_test, write_itf
 
 
 def test_blocking_hol_cex_is_shortest_and_replays(tmp_path: Path) -> None:
@@ -50,7 +50,7 @@ def test_tight_wait_agrees_with_worst_wait() -> None:
     """The upward search (no completeness query, proved lemmas assumed) finds
     the same tight worst wait as the manifest's iterative tightening, and its
     witness waits that long in `policy/`."""
-    from proofs.mutants import WAIT, WAIT_WORST
+    from lora_sched.proofs.mutants import WAIT, WAIT_WORST
 
     r = engine.tight_wait(WAIT, "fair", 1)
     assert r.verdict == "proved" and r.worst == WAIT_WORST and r.replay_ok, r.detail

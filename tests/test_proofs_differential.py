@@ -20,14 +20,13 @@ from dataclasses import replace
 
 import pytest
 import z3
-
-from policy import make_gate
-from policy.core import Scheduler
-from policy.fair import FairHolds
-from proofs import encoding as enc
-from spec.config import Config, throttled
-from spec.observe import Observer
-from spec.request import Request
+from lora_sched.policy import make_gate
+from lora_sched.policy.core import Scheduler
+from lora_sched.policy.fair import FairHolds
+from lora_sched.proofs import encoding as enc
+from lora_sched.spec.config import Config, throttled
+from lora_sched.spec.observe import Observer
+from lora_sched.spec.request import Request
 
 B = enc.Bounds(requests=7, adapters=3, max_prompt=4, max_output=3, max_loras=(1, 2), max_num_seqs=(1, 3),
                max_num_batched_tokens=(1, 6), starvation_steps=(0, 3), skip=True)

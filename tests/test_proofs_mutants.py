@@ -9,8 +9,7 @@ become vacuous, or a check that has stopped looking, fails here.
 from __future__ import annotations
 
 import pytest
-
-from proofs.mutants import CATALOGUE, Mutant, run_mutant
+from lora_sched.proofs.mutants import CATALOGUE, Mutant, run_mutant
 
 BASELINES: dict = {}
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-
-from spec import properties as P
-from spec.config import Config
-from spec.state import StepRecord
+from lora_sched.spec import properties as P
+from lora_sched.spec.config import Config
+from lora_sched.spec.state import StepRecord
 
 ADAPTER = {"a": 1, "b": 2, "c": 3, "base": 0}
 
@@ -96,28 +95,46 @@ def test_capacity_kv_clause() -> None:
 
 # ---- conservation ------------------------------------------------------------
 
-def test_conservation_duplicate_clause() -> None:
-    # "a" admitted but also preempted back to waiting in the same step: both places
-    r = rec(["a"], [], {"a": 1}, ["a"], preempted=["a"])
-    fires(P.conservation(view(r, running_after=["a"])), "conservation", "is both")
+def test_conservation_duplicated_clause() -> None:
+    r = rec(["a"], ["a"], {"a": 1}, [])
+    fires(P.conservation(view(r, status={"a": "running"})), "conservation", "clause duplicated")
 
 
 def test_conservation_lost_clause() -> None:
-    r = rec([], ["a", "b"], {"a": 1, "b": 1}, [])
-    fires(P.conservation(view(r, running_after=["a"])), "conservation", "lost")
-
-
-def test_conservation_done_listed_clause() -> None:
+    # "b" was running and the step does not list it: gone without a record
     r = rec([], ["a"], {"a": 1}, [])
-    st = {"a": "running", "b": "finished"}
-    fires(P.conservation(view(r, running_after=["a", "b"], status=st)), "conservation", "finished but listed")
+    fires(P.conservation(view(r, status={"a": "running", "b": "running"})), "conservation", "clause lost")
 
 
-def test_conservation_admitted_not_waiting_clause() -> None:
-    r = rec([], [], {"a": 1}, ["a"])
-    fires(P.conservation(view(r, status={"a": "aborted"}, running_after=[])), "conservation", "admitted while")
-    # the same step with "a" waiting is fine
-    assert P.conservation(view(rec(["a"], [], {"a": 1}, ["a"]))) is None
+def test_conservation_listed_clause() -> None:
+    # "b" finished earlier and is listed running again
+    r = rec([], ["a", "b"], {"a": 1, "b": 1}, [])
+    fires(P.conservation(view(r, status={"a": "running", "b": "finished"})), "conservation", "clause listed")
+
+
+def test_conservation_admitted_clauses() -> None:
+    r = rec([], ["a"], {"a": 1, "b": 1}, ["b"])
+    fires(P.conservation(view(r, status={"a": "running"})), "conservation", "admitted while not waiting")
+    r = rec(["b"], ["a"], {"a": 1}, ["b"])
+    fires(P.conservation(view(r)), "conservation", "admitted but not scheduled")
+    # the same step with "b" scheduled is fine
+    assert P.conservation(view(rec(["b"], ["a"], {"a": 1, "b": 1}, ["b"]))) is None
+
+
+def test_conservation_preempted_clause() -> None:
+    r = rec(["a"], [], {}, [], preempted=["a"])
+    fires(P.conservation(view(r)), "conservation", "clause preempted")
+
+
+def test_conservation_scheduled_clause() -> None:
+    r = rec(["b"], ["a"], {"a": 1, "b": 1}, [])
+    fires(P.conservation(view(r)), "conservation", "clause scheduled")
+
+
+def test_conservation_finished_clause() -> None:
+    r = rec([], ["a", "c"], {"a": 1}, [])
+    r.finished = ["c"]
+    fires(P.conservation(view(r)), "conservation", "clause finished")
 
 
 # ---- fifo_within_adapter -----------------------------------------------------

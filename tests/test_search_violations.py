@@ -22,15 +22,14 @@ from dataclasses import replace
 
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis import strategies as st
+from lora_sched.policy.driver import Workload, run
+from lora_sched.policy.fair import workload_bound
+from lora_sched.spec.check import check_trace, observe_trace
+from lora_sched.spec.config import Config
+from lora_sched.spec.observe import Observer
+from lora_sched.spec.request import Request
+from lora_sched.spec.trace import read_trace
 from strategies import scenarios
-
-from policy.driver import Workload, run
-from policy.fair import workload_bound
-from spec.check import check_trace, observe_trace
-from spec.config import Config
-from spec.observe import Observer
-from spec.request import Request
-from spec.trace import read_trace
 
 STARVE_BOUND = 50  # steps; any fixed bound works, the search scales the stream
 # Generation only: the first counterexample found is asserted on as is;
@@ -211,14 +210,20 @@ def test_skipping_a_lora_request_breaks_the_lora_cap():
 
 @st.composite
 def throttled_streams(draw) -> tuple[Config, Workload]:
-    """Small sync workloads under DP prefill throttling: mixed base and LoRA
-    requests, some with one-token prompts (the only ones a throttled step admits)."""
-    cfg = Config(max_loras=draw(st.integers(1, 2)), max_num_seqs=8,
-                 max_num_batched_tokens=draw(st.sampled_from([2, 4, 8])),
+    """Small sync workloads under DP prefill throttling (max_loras 1) with the
+    three ingredients the throttle needs, at random sizes and times: a
+    base-model request that decodes (the throttle defers prefills only while
+    something decodes), a LoRA request with a long prompt (chunked, so
+    deferred), a one-token-prompt request of another adapter (the only kind a
+    throttled step admits), plus up to two random others."""
+    cfg = Config(max_loras=1, max_num_seqs=draw(st.integers(3, 8)),
+                 max_num_batched_tokens=draw(st.sampled_from([3, 4, 6])),
                  prefill_schedule_interval=draw(st.integers(2, 3)), policy="vllm")
-    n = draw(st.integers(2, 5))
-    reqs = [Request(f"r{i}", draw(st.integers(0, 3)), draw(st.sampled_from([1, 1, 2, 5, 9])),
-                    draw(st.integers(1, 6)), draw(st.integers(1, 4))) for i in range(n)]
+    reqs = [Request("decoder", 0, draw(st.integers(1, 2)), draw(st.integers(1, 6)), draw(st.integers(1, 3))),
+            Request("long", 1, draw(st.integers(2, 9)), draw(st.integers(1, 4)), draw(st.integers(1, 3))),
+            Request("short", 2, 1, draw(st.integers(1, 4)), draw(st.integers(1, 4)))]
+    reqs += [Request(f"x{i}", draw(st.integers(0, 2)), draw(st.integers(1, 9)), draw(st.integers(1, 4)),
+                     draw(st.integers(1, 4))) for i in range(draw(st.integers(0, 2)))]
     return cfg, Workload(reqs)
 
 

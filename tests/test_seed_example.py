@@ -11,9 +11,9 @@ step (running requests plus newly admitted ones).
 
 from __future__ import annotations
 
-from policy.driver import Workload, run
-from spec.config import Config
-from spec.request import Request
+from lora_sched.policy.driver import Workload, run
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
 
 QUEUE = ["R1", "R2", "R3", "R4-L1", "R5-L3", "R6-L2", "R7-L4", "R8-L5", "R9-L5",
          "R10-L5", "R11-L5", "R12", "R13", "R14-L1", "R15-L2", "R16-L3"]

@@ -6,9 +6,11 @@ aborts and steps on a random small config, and feeds the same events to
 `spec.observe.Observer`, which re-derives the state from the events alone
 and evaluates the step predicates of `spec.properties`. After every step the
 test asserts that no property the policy claims (`policy.claims`) is
-violated; for `fair` it also checks bounded_wait with `policy.fair.fair_bound`
-(Q the observed peak) at teardown, after draining the run, where
-`policy.fair.bound_applies` (one priority, no skips).
+violated; for `fair` (and its prototypes `fair_cohort`, `fair_drain`,
+`fair_lrw`) it also checks bounded_wait with `policy.fair.fair_bound` (Q the
+observed peak) at teardown, after draining the run, where
+`policy.fair.bound_applies` (one priority, no skips). The reference gates
+`drainer`, `timeslice` and `vtc` run here too, for what they claim.
 
 Configs include async scheduling, KV pools that preempt, the priority queue
 and DP prefill throttling (`prefill_schedule_interval`, steps throttled as
@@ -30,18 +32,17 @@ import tempfile
 from hypothesis import given, note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from lora_sched.policy import FAIR_CAP, claims, make_gate
+from lora_sched.policy.core import Scheduler
+from lora_sched.policy.driver import Workload, run
+from lora_sched.policy.fair import FairHolds, bound_applies, fair_bound, workload_bound
+from lora_sched.policy.replay import replay
+from lora_sched.spec.check import check_trace
+from lora_sched.spec.config import Config, throttled
+from lora_sched.spec.observe import Observer
+from lora_sched.spec.request import Request
+from lora_sched.spec.trace import read_trace
 from strategies import bounds, configs, scenarios
-
-from policy import claims, make_gate
-from policy.core import Scheduler
-from policy.driver import Workload, run
-from policy.fair import FairHolds, bound_applies, fair_bound, workload_bound
-from policy.replay import replay
-from spec.check import check_trace
-from spec.config import Config, throttled
-from spec.observe import Observer
-from spec.request import Request
-from spec.trace import read_trace
 
 MAX_REQUESTS = 16
 DRAIN_LIMIT = 2000  # steps; a completable run needs far fewer
@@ -56,6 +57,9 @@ class PolicyMachine(RuleBasedStateMachine):
     def setup(self, data):
         self.b = data.draw(bounds(), label="bounds")
         self.cfg = data.draw(configs(self.b, policy=self.policy), label="config")
+        # Half the runs use one priority, so fair's bounded_wait (which holds
+        # among equal priorities) is checked on them.
+        self.priorities = data.draw(st.sampled_from([(0,), (0, 1, 2)]), label="priorities")
         holds = FairHolds(self.cfg) if self.policy == "fair" else None
         self.sched = Scheduler(self.cfg, make_gate(self.policy))
         self.obs = Observer(self.cfg, holds)
@@ -84,7 +88,7 @@ class PolicyMachine(RuleBasedStateMachine):
             prompt_tokens=data.draw(st.integers(1, b.max_prompt), label="prompt"),
             max_tokens=data.draw(st.integers(1, b.max_output), label="max_tokens"),
             arrival=self.t + 1,
-            priority=data.draw(st.integers(0, 2), label="priority"),
+            priority=data.draw(st.sampled_from(self.priorities), label="priority"),
         )
         self.n += 1
         self.reqs[req.id] = req
@@ -105,7 +109,7 @@ class PolicyMachine(RuleBasedStateMachine):
     def step(self, data):
         """One `schedule()` plus its output, maybe skipping base-model running requests."""
         st_ = self.sched.state
-        skippable = sorted(r for r in st_.running if self.policy == "fair" or st_.adapter(r) == 0)
+        skippable = sorted(r for r in st_.running if self.policy in FAIR_CAP or st_.adapter(r) == 0)
         skip = frozenset()
         if skippable and data.draw(st.integers(0, 3), label="skip?") == 0:
             skip = frozenset(data.draw(st.sets(st.sampled_from(skippable), min_size=1), label="skip"))
@@ -182,7 +186,7 @@ class PolicyMachine(RuleBasedStateMachine):
         st_ = self.sched.state
         assert set(st_.reqs) == st_.finished | st_.aborted, "a request neither finished nor aborted"
         reqs = list(self.reqs.values())
-        if self.policy == "fair" and reqs and bound_applies(self.cfg, (r.priority for r in reqs)) is None:
+        if self.policy in FAIR_CAP and reqs and bound_applies(self.cfg, (r.priority for r in reqs)) is None:
             bound = fair_bound(self.cfg, queue=self.peak, max_prompt=max(r.prompt_tokens for r in reqs),
                                max_output=max(r.max_tokens for r in reqs))
             found = self.obs.close(bound)
@@ -204,6 +208,38 @@ class FairMachine(PolicyMachine):
 TestBlocking = BlockingMachine.TestCase
 TestVllm = VllmMachine.TestCase
 TestFair = FairMachine.TestCase
+
+
+class DrainerMachine(PolicyMachine):
+    policy = "drainer"
+
+
+class TimesliceMachine(PolicyMachine):
+    policy = "timeslice"
+
+
+class VtcMachine(PolicyMachine):
+    policy = "vtc"
+
+
+class FairCohortMachine(PolicyMachine):
+    policy = "fair_cohort"
+
+
+class FairDrainMachine(PolicyMachine):
+    policy = "fair_drain"
+
+
+class FairLrwMachine(PolicyMachine):
+    policy = "fair_lrw"
+
+
+TestDrainer = DrainerMachine.TestCase
+TestTimeslice = TimesliceMachine.TestCase
+TestVtc = VtcMachine.TestCase
+TestFairCohort = FairCohortMachine.TestCase
+TestFairDrain = FairDrainMachine.TestCase
+TestFairLrw = FairLrwMachine.TestCase
 
 
 def _round_trip(scenario):

@@ -20,12 +20,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from lora_sched.conformance.crash import CONFIG, shortest_crash
+from lora_sched.conformance.inprocess import conform, run_workload
+from lora_sched.policy.replay import replay
+from lora_sched.spec.check import check_trace
+from lora_sched.spec.trace import read_trace
 
-from conformance.crash import CONFIG, shortest_crash
-from conformance.inprocess import conform, run_workload
-from policy.replay import replay
-from spec.check import check_trace
-from spec.trace import read_trace
+pytestmark = pytest.mark.vllm  # drives vLLM's own scheduler
 
 PATCH = Path(__file__).resolve().parents[1] / "docs" / "vllm-0.32-lora-cap.patch"
 CAPS = {"batch_lora_cap", "running_lora_cap"}
@@ -77,8 +78,7 @@ def test_fair_in_vllm_runs_it_with_both_caps(crash, tmp_path, async_scheduling):
 
 def _patched_scheduler_class(tmp_path: Path) -> type:
     import vllm.v1.core.sched.scheduler as stock
-
-    from conformance.recorder import RecorderMixin
+    from lora_sched.conformance.recorder import RecorderMixin
 
     copy = tmp_path / "scheduler.py"
     shutil.copy(stock.__file__, copy)

@@ -22,23 +22,23 @@ from pathlib import Path
 import matplotlib.image as mpimg
 import numpy as np
 import pytest
+from lora_sched.policy.driver import Workload, run
+from lora_sched.policy.scenarios import SCENARIOS
+from lora_sched.spec.check import check_trace
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
+from lora_sched.spec.trace import read_trace
+from lora_sched.view import html, png
+from lora_sched.view.layout import Layout, kind_color, layout_file
 
 from lora_sched.palette import adapter_color
-from policy.driver import Workload, run
-from policy.simulate import SCENARIOS
-from spec.check import check_trace
-from spec.config import Config
-from spec.request import Request
-from spec.trace import read_trace
-from view import html, png
-from view.layout import Layout, kind_color, layout_file
 
 ROOT = Path(__file__).resolve().parent.parent
 CEX = ROOT / "tests" / "cex"
 
 
 def simulate(tmp_path: Path, scenario: str, policy: str) -> Path:
-    config, workload = SCENARIOS[scenario]()
+    config, workload = SCENARIOS[scenario].config, SCENARIOS[scenario].workload
     out = tmp_path / f"{scenario}-{policy}.jsonl"
     run(config, workload, policy=policy, trace_path=out)
     return out
@@ -90,7 +90,9 @@ def test_fair_starvation_shows_star_victim_and_held(tmp_path):
     """fair on the starvation stream: the adapter-3 request is r*, an adapter is held for it, then it runs."""
     layout = layout_file(simulate(tmp_path, "starvation", "fair"))
     spans = layout.star_spans()
-    assert [s[0] for s in spans] == ["victim-a3"]
+    # The adapter-3 request is the first r*; requests held for it may starve
+    # long enough (S = 8 here) to be r* in turn, as fair v3 allows any kind.
+    assert spans[0][0] == "victim-a3"
     victims = {a for s in layout.steps for a in s.victims}
     assert victims and victims <= {1, 2}
     held = [r for r in layout.rows if any(s.kind == "held" for s in r.segments)]
@@ -207,7 +209,7 @@ def test_png_structure_and_pixels(tmp_path):
 
 
 def test_png_file_of_the_500_request_seed(tmp_path):
-    from view.benchmark import seed_trace
+    from lora_sched.view.benchmark import seed_trace
 
     trace = seed_trace(str(tmp_path / "seed.jsonl"), n=500)
     layout = layout_file(trace)
@@ -331,10 +333,10 @@ def test_cli_bad_inputs_exit_2(tmp_path):
     res = cli(str(bad))
     assert res.returncode == 2 and f"{bad}:2: missing field 'step'" in res.stderr, res.stderr
     itf = json.loads((CEX / "vllm_batch_lora_cap.itf.json").read_text())
-    itf["states"][2]["scheduled"] = {"#map": [["r3", 1]]}  # r3 is waiting and not admitted
+    itf["states"][2]["scheduled"] = {"#map": [["r99", 1]]}  # no such request: malformed, not a violation
     broken = tmp_path / "broken.itf.json"
     broken.write_text(json.dumps(itf))
     res = cli(str(broken))
-    assert res.returncode == 2 and "states[2]" in res.stderr and "r3" in res.stderr, res.stderr
+    assert res.returncode == 2 and "states[2]" in res.stderr and "r99" in res.stderr, res.stderr
     res = cli(str(CEX / "vllm_batch_lora_cap.itf.json"), "--out", str(tmp_path / "x.svg"))
     assert res.returncode == 2 and "use .html or .png" in res.stderr

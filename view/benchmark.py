@@ -1,4 +1,4 @@
-"""Render speed of `lora-sched view` on the seed's 500-request workload: `python -m view.benchmark`.
+"""Render speed of `lora-sched view` on the seed's 500-request workload: `python -m lora_sched.view.benchmark`.
 
 The trace is the simulated benchmark's seed run (`bench.simulate.seed_requests`,
 500 prompts over 8 adapters, max_loras 4, 120 output tokens) through the
@@ -13,8 +13,9 @@ import os
 import tempfile
 import time
 
-from bench.simulate import seed_config, seed_requests
-from policy.driver import Workload, run
+from lora_sched.bench.simulate import seed_config, seed_requests
+from lora_sched.policy.driver import Workload, run
+from lora_sched.spec.config import POLICIES
 
 
 def seed_trace(path: str, policy: str = "vllm", n: int = 500) -> str:
@@ -24,12 +25,12 @@ def seed_trace(path: str, policy: str = "vllm", n: int = 500) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--policy", default="vllm", choices=["blocking", "vllm", "fair"])
+    p.add_argument("--policy", default="vllm", choices=POLICIES)
     p.add_argument("--requests", type=int, default=500)
     p.add_argument("--out", default=None, help="folder for the trace and the pictures (default: a temporary one)")
     args = p.parse_args(argv)
-    from view import html, png
-    from view.layout import layout_file
+    from lora_sched.view import html, png
+    from lora_sched.view.layout import layout_file
 
     with tempfile.TemporaryDirectory() as tmp:
         d = args.out or tmp

@@ -14,7 +14,7 @@ import os
 from importlib import resources
 from typing import Any
 
-from view.layout import KIND_LABELS, KINDS, Layout, kind_color
+from lora_sched.view.layout import KIND_LABELS, KINDS, Layout, kind_color
 
 _ERRORS = """<script>
 (function () {

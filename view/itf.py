@@ -20,10 +20,10 @@ import os
 import tempfile
 from typing import Any
 
-from spec.config import Config, ConfigError
-from spec.request import Request, RequestError
-from spec.state import StepRecord
-from spec.trace import Trace, TraceError, TraceWriter, read_trace
+from lora_sched.spec.config import Config, ConfigError
+from lora_sched.spec.request import Request, RequestError
+from lora_sched.spec.state import StepRecord
+from lora_sched.spec.trace import Trace, TraceError, TraceWriter, read_trace
 
 
 class ItfError(ValueError):

@@ -34,12 +34,13 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lora_sched.spec.check import bound_for, observe_trace
+from lora_sched.spec.observe import Observer
+from lora_sched.spec.properties import StepView, Violation
+from lora_sched.spec.trace import Abort, Trace, read_trace
+from lora_sched.view.itf import is_itf, read_itf
+
 from lora_sched.palette import VIOLATION_COLOR, adapter_color, mix
-from spec.check import bound_for, observe_trace
-from spec.observe import Observer
-from spec.properties import StepView, Violation
-from spec.trace import Abort, Trace, read_trace
-from view.itf import is_itf, read_itf
 
 KINDS = ("waiting", "held", "prefill", "decode", "idle", "preempted")
 KIND_LABELS = {
@@ -247,7 +248,7 @@ def build(trace: Trace) -> Layout:
     adapter = {rid: r.adapter for rid, r in reqs.items()}
     holds: _RecordingHolds | None = None
     if cfg.policy == "fair":
-        from policy.fair import FairHolds
+        from lora_sched.policy.fair import FairHolds
 
         holds = _RecordingHolds(FairHolds(cfg))
     obs = Observer(cfg, holds)

@@ -18,6 +18,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from lora_sched.view.layout import KIND_LABELS, KINDS, Layout, kind_color  # noqa: E402
 from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
@@ -25,7 +26,6 @@ from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from lora_sched.palette import BASE_COLOR, VIOLATION_COLOR, adapter_color  # noqa: E402
-from view.layout import KIND_LABELS, KINDS, Layout, kind_color  # noqa: E402
 
 LABEL_ROWS = 80  # label each request up to this many rows; above, label the adapter groups
 

@@ -1,12 +1,12 @@
 """Replay of fair's worst wait on the R=6 family model of `proofs.benchmark`.
 
 B = fair_bound(Q=6) = 90. R=6, A=3, P<=1, L<=2, max_loras 1..2, max_num_seqs 1..2, arrivals by step 7: Z3 finds a
-request waiting 10 steps (and `python -m proofs.benchmark --only fair_wait_family` shows
+request waiting 10 steps (and `python -m lora_sched.proofs.benchmark --only fair_wait_family` shows
 none waits more). The witness must wait exactly 10 in `policy/` (written by
-`python -m proofs.emit --family`).
+`python -m lora_sched.proofs.emit --family`).
 """
 
-from proofs.cex import Cex, replay
+from lora_sched.proofs.cex import Cex, replay
 
 CEX = {'aborts': {},
  'bound': 9,

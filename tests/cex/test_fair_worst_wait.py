@@ -3,10 +3,10 @@
 For R=4 requests (arrivals in steps 1..3), P<=1, L<=2, max_loras 1,
 max_num_seqs 2, T=4, S=0, the solver's worst first-admission wait is
 4; B = fair_bound(Q=4) = 48. The witness must replay in `policy/`
-with exactly that wait (written by `python -m proofs.emit`).
+with exactly that wait (written by `python -m lora_sched.proofs.emit`).
 """
 
-from proofs.cex import Cex, replay
+from lora_sched.proofs.cex import Cex, replay
 
 CEX = {'aborts': {},
  'bound': 48,

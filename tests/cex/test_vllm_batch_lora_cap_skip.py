@@ -1,6 +1,6 @@
 """Replay of a `lora-sched prove` counterexample: vllm violates batch_lora_cap."""
 
-from proofs.cex import Cex, replay
+from lora_sched.proofs.cex import Cex, replay
 
 CEX = {'aborts': {},
  'bound': None,

@@ -8,8 +8,8 @@ fair's bound B for the same configuration and observed Q, and runs `fair`
 on the same workload.
 """
 
-from policy.fair import fair_bound
-from proofs.cex import Cex, replay_lasso
+from lora_sched.policy.fair import fair_bound
+from lora_sched.proofs.cex import Cex, replay_lasso
 
 CEX = {'aborts': {},
  'bound': None,

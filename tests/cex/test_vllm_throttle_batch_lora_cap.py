@@ -1,7 +1,7 @@
 """Replay of a `lora-sched prove` counterexample: vllm violates batch_lora_cap."""
 
-from policy.driver import run
-from proofs.cex import Cex, replay
+from lora_sched.policy.driver import run
+from lora_sched.proofs.cex import Cex, replay
 
 CEX = {'aborts': {},
  'bound': None,

@@ -1,4 +1,5 @@
-"""The conformance scenarios (issue #4, point 6), shared by both harnesses.
+"""The named scenarios: the one registry `simulate`, `conform` (in-process
+and live) and the tests draw from.
 
 A scenario is a config plus a workload. In-process, a request's `arrival` is
 the step it joins; on the live server it is a send time (`arrival * tick`
@@ -11,10 +12,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from policy.driver import Workload
-from policy.workloads import seed_example, starvation_stream
-from spec.config import Config
-from spec.request import Request
+from lora_sched.policy.driver import Workload
+from lora_sched.policy.workloads import seed_example, starvation_stream
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
 
 # vLLM's CPU attention backend needs block sizes that are multiples of 32.
 BS = 32
@@ -34,7 +35,8 @@ class Scenario:
 
 
 def _seed() -> Scenario:
-    cfg, wl = seed_example(prompt_tokens=8, max_tokens=8)
+    # R4-L1 and R14-L1 finish first, as in the PR's narrative ("Lets say R4-L1 completes").
+    cfg, wl = seed_example(prompt_tokens=8, max_tokens=8, long={"R4-L1": 2, "R14-L1": 2})
     cfg = Config(max_loras=4, max_num_seqs=32, max_num_batched_tokens=512, block_size=BS)
     return Scenario("seed", cfg, wl, "vLLM PR #15422's running example (16 requests, max_loras 4)")
 

@@ -1,0 +1,142 @@
+"""Run one fuzz case on vLLM's real scheduler (in-process) and name its failures.
+
+A case fails when (a) vLLM itself raises inside the scheduler (the max_loras
+assertion, for example): a `crash`, judged on the trace recorded up to it,
+which the recorder flushes line by line; (b) vLLM makes no progress
+(`stuck`); (c) the recorded trace breaks a property its policy claims
+(`policy.claims`): a `property` failure; (d) the replay through the reference
+diverges (`divergence`, named by the first field that differs) or the
+reference rejects the trace (`reference-error`).
+
+Each failure carries a signature, `kind:name:policy`, which is what the
+campaign deduplicates and the shrinker preserves: the crash's exception type
+and the function that raised it, the property, or the diverging field.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lora_sched.conformance.inprocess import Stuck, run_workload
+from lora_sched.fuzz.space import THROTTLE, THROTTLE_FIELD, FuzzCase
+from lora_sched.policy import claims
+from lora_sched.spec.check import check_trace
+from lora_sched.spec.trace import TraceError, read_trace
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: str  # crash | stuck | property | divergence | reference-error | harness-error (campaign)
+    name: str  # exception@function, property name, or diverging field
+    policy: str
+    message: str
+    step: int | None = None
+
+    @property
+    def signature(self) -> str:
+        return f"{self.kind}:{self.name}:{self.policy}"
+
+    def to_json(self) -> dict:
+        return {"signature": self.signature, "kind": self.kind, "name": self.name, "policy": self.policy,
+                "message": self.message, "step": self.step}
+
+
+@dataclass
+class CaseResult:
+    case: FuzzCase
+    trace: Path
+    steps: int
+    failures: list[Failure] = field(default_factory=list)
+    features: set[str] = field(default_factory=set)  # what the run exercised (campaign coverage)
+
+    @property
+    def signatures(self) -> set[str]:
+        return {f.signature for f in self.failures}
+
+
+def _crash_name(exc: BaseException) -> tuple[str, str]:
+    frames = traceback.extract_tb(exc.__traceback__)
+    last = frames[-1] if frames else None
+    where = f"{os.path.basename(last.filename)}:{last.name}" if last else "?"
+    # Code compiled from rewritten source (lora_sched's hooked schedule()) has no file to quote.
+    text = f": {last.line}" if last and last.line and os.path.exists(last.filename) else ""
+    line = f" ({os.path.basename(last.filename)}:{last.lineno}{text})" if last else ""
+    return f"{type(exc).__name__}@{where}", f"{type(exc).__name__}: {exc}{line}".strip()
+
+
+def default_trace_path() -> Path:
+    tmp = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    fd, name = tempfile.mkstemp(prefix="lora-sched-fuzz-", suffix=".jsonl", dir=tmp)
+    os.close(fd)
+    return Path(name)
+
+
+def run_case(case: FuzzCase, trace_path: str | os.PathLike[str] | None = None) -> CaseResult:
+    """Run `case` inside vLLM, record its trace, check it; never raises for a failing case."""
+    path = Path(trace_path) if trace_path is not None else default_trace_path()
+    cfg = case.config
+    policy = cfg.policy
+    result = CaseResult(case, path, 0)
+    try:
+        result.steps = run_workload(cfg, case.workload, path, policy=policy)
+    except Stuck as exc:
+        result.failures.append(Failure("stuck", "Stuck", policy, str(exc)))
+    except Exception as exc:  # vLLM's own crash: a finding, not an error of the campaign
+        name, message = _crash_name(exc)
+        result.failures.append(Failure("crash", name, policy, message))
+    try:
+        trace = read_trace(path, allow_truncated_tail=True)
+    except TraceError as exc:
+        result.failures.append(Failure("reference-error", "TraceError", policy, str(exc)))
+        return result
+    report = check_trace(trace)
+    claimed = claims(policy, cfg)
+    for prop, v in report.first.items():
+        if prop in claimed:
+            result.failures.append(Failure("property", prop, policy, str(v), v.step))
+    if trace.steps():
+        try:
+            rep = _replay(trace, case.reference)
+        except (ValueError, RuntimeError, KeyError) as exc:
+            name, message = _crash_name(exc)
+            result.failures.append(Failure("reference-error", name, policy, message))
+        else:
+            if rep.divergence is not None:
+                d = rep.divergence
+                result.failures.append(Failure("divergence", d.field, policy,
+                                               f"step {d.step}: reference {d.expected} vs vLLM {d.actual}", d.step))
+    result.features = _features(case, trace)
+    return result
+
+
+def _replay(trace, reference: str):
+    from lora_sched.policy.replay import replay
+
+    return replay(trace, reference)
+
+
+def _features(case: FuzzCase, trace) -> set[str]:
+    cfg = case.config
+    steps = trace.steps()
+    f = {f"policy:{cfg.policy}", f"queue:{cfg.queue}", "async" if cfg.async_scheduling else "sync",
+         "chunked" if cfg.chunked_prefill else "no-chunk", f"max_loras:{cfg.max_loras}"}
+    if cfg.kv_blocks is not None:
+        f.add("kv-limited")
+    if cfg.long_prefill_token_threshold:
+        f.add("long-prefill-threshold")
+    if THROTTLE and getattr(cfg, THROTTLE_FIELD) > 1:
+        f.add("throttle")
+    if any(r.preempted for r in steps):
+        f.add("preemption")
+    if case.workload.aborts:
+        f.add("aborts")
+    adapters = {r.adapter for r in case.workload.requests if r.adapter > 0}
+    if len(adapters) > cfg.max_loras:
+        f.add("adapters>max_loras")
+    if any(r.adapter == 0 for r in case.workload.requests):
+        f.add("base-model")
+    return f

@@ -1,0 +1,1210 @@
+"""Safety for ANY number of requests and adapters: an inductive invariant
+over uninterpreted sorts, checked by Z3 with quantifiers (mypyvy / Ivy style).
+
+`proofs.encoding` fixes R request slots and A adapters in advance. Here
+`Req` and `Adapter` are uninterpreted sorts (`z3.DeclareSort`): a proof is
+a proof for every finite (or infinite) universe, so for every number of
+requests and adapters, and for every value of `max_loras` (M),
+`max_num_seqs` (N), `max_num_batched_tokens` (T) and `starvation_steps` (S)
+(symbolic integers with M, N, T >= 1, S >= 0).
+
+Every obligation is assume / act / assert (s2n style): assume the named
+invariants of `invariants` in the pre-state, take one `step` (a two-state
+formula, see below), assert one named invariant of the post-state or one
+step property of `PROPERTIES`. `init ⇒ Inv`, `Inv ∧ step ⇒ Inv'` and
+`Inv ∧ step ⇒ P` unsat-checked one at a time, each printed as one timed line
+(`check_all`). Bounds: none on the sorts; runtime 0.01-0.5 s per obligation,
+about 1 s per model, on 2 cores (figures in `benchmark` and
+docs/proofs-unbounded.md).
+
+Vocabulary (each state): `arrived W R F X ever star: Req -> Bool`
+(waiting, running, finished, aborted, ever admitted, fair's r*),
+`ws arr seat: Req -> Int` (waiting since, arrival step, ghost seat),
+`slot: Adapter -> Int` (ghost LoRA slot), `step: Int`. Rigid: `adapter:
+Req -> Adapter`, `base: Adapter` (adapter 0), `prio seq: Req -> Int`
+(priority, arrival order). Cardinalities are never counted: "at most M
+adapters" is *the existence of an injection into {0..M-1}*, carried as the
+ghost `slot` (likewise `seat` for N), which is exactly equivalent for a
+finite set. The invariants are ∀-only; the step has two ∀∃ axioms (an
+adapter in the cap set has a request carrying it; an adapter in the scan's
+set entered it through an earlier admission), so the formulas are not strictly EPR
+(`adapter: Req -> Adapter` plus those Skolem functions Adapter -> Req close
+a cycle); Z3's MBQI terminates on all of them (times reported).
+
+The step (one `schedule()` and its model output) over-approximates
+`policy.core.Scheduler` for FCFS and priority queues, synchronous or async
+scheduling, limited or unlimited KV, chunked prefill on or off, any
+`long_prefill_token_threshold`:
+
+* events: requests arrive (in `seq` order, after every arrived one) and are
+  aborted from waiting or running;
+* running phase: any subset of running requests is scheduled (`sched`), any
+  subset is preempted (`preempt`, back to waiting, `waiting_since` = now); with
+  `skip=False` a running request left unscheduled and not preempted means
+  the token budget ran out, so the scan admits nothing; with `skip=True` any
+  running request may be left unscheduled while the scan runs (DESIGN's
+  skip: PP, the DP prefill throttle, async "sure to finish", n = 0);
+* the waiting scan admits a SET `adm` of the waiting requests, visited in a
+  total order `ahead` that keeps never-admitted requests of one priority in
+  `seq` order (FCFS queue order; the priority queue's (priority, arrival,
+  seq) order; fair's r* may come first). Along the order the scan's cap set
+  `Cb(r, ·)` (adapters in the set when the scan reaches r) starts as C0 and
+  grows only by admissions; `full(r)` ("|Cb(r)| >= M") and `stop(r)` (the
+  scan broke: seats, budget, KV, no-chunk, preemption) are monotone. C0 is
+  the adapters of the scheduled running requests (`vllm`, `blocking`) or of
+  every running request after the running phase (`fair` v3). A request of a
+  new adapter is admitted only when not `full`, and then takes a `slot`
+  value in [0, M) free of every adapter of Cb(r); an admitted request takes
+  a free `seat` in [0, N) (sound by pigeonhole: an injection of fewer than M
+  elements into {0..M-1} leaves a value free; this is the one fact used
+  outside the solver). `blocking` stops at a cap-blocked request; `fair`
+  also skips requests of arbitrary held adapters V while r* is not admitted;
+  r* is the sticky one or a fresh one that has waited S and, if never
+  admitted, has the smallest (waiting_since, seq) among the never-admitted
+  waiting requests of its priority and adapter that have waited S (true of
+  the v3 key and of the first design's filter alike). A request
+  left waiting had a reason: a stop, a cap skip (`vllm`, `fair`), a hold
+  (`fair`), or stale async output (only ever-admitted requests have any);
+* tokens: each scheduled request gets 1..(T - tokens before it in
+  scheduling order) (`tok`, `before`: prefix sums, so the total is the
+  largest `before + tok`);
+* output: any scheduled request may finish (with `skip`, any running one or
+  a preempted one with stale output: async applies the previous step's).
+
+Non-vacuity: per model, `Inv ∧ step` admits a new adapter beside a running
+one (sat; `VACUOUS_MUTANT` must fail it); `TRACES` are reachability checks
+from init (mypyvy's `sat trace`), and the violating ones replay in
+`policy.core` (`replay_trace`); `MUTANTS` are planted bugs, each must make its
+properties fail with an exact violation (`exact_violation`).
+
+Abstracted away (sound for these safety properties): token counts beyond
+the budget, KV block counts (preemption and KV stops are free choices),
+which reason stopped the scan, fair's victim choice and its `active_since`
+ages. Soundness of the over-approximation is tested, not only argued:
+`crosscheck` instantiates the sorts with the R requests and A adapters of
+random runs of `policy.core.Scheduler` and asks Z3 whether the real step
+is a step of this model (tests/test_proofs_unbounded.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import itertools
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import z3
+
+POLICIES = ("vllm", "fair", "blocking")
+PROPERTIES = ("running_lora_cap", "batch_lora_cap", "capacity", "conservation", "fifo_within_adapter")
+CAP_PROPERTIES = ("running_lora_cap", "batch_lora_cap")
+
+
+@dataclass(frozen=True)
+class Model:
+    """One transition system: a policy, whether running requests may be left
+    unscheduled while the scan runs, and an optional planted bug."""
+
+    policy: str
+    skip: bool = False
+    mutant: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.policy}{'+skip' if self.skip else ''}{'[' + self.mutant + ']' if self.mutant else ''}"
+
+
+# Planted bugs: name -> (what it changes, the properties that must catch it).
+MUTANTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "cap_off_by_one": ("a new adapter may take slot M: the gate admits one adapter with |C| = M",
+                       CAP_PROPERTIES),
+    "cap_set_forgets_admitted": ("adapters admitted in the scan do not join the cap set", CAP_PROPERTIES),
+    "fair_scheduled_set": ("fair counts only scheduled running requests in C0 (vLLM's set)", ("running_lora_cap",)),
+    "seat_off_by_one": ("an admitted request may take seat N", ("capacity",)),
+    "budget_off_by_one": ("a request may get one token more than the budget left", ("capacity",)),
+    "preempted_stay_running": ("a preempted request goes back to waiting but stays running", ("conservation",)),
+    "scan_order_free": ("the scan may visit never-admitted requests out of seq order", ("fifo_within_adapter",)),
+    "star_not_oldest": ("fair's fresh r* need not be the oldest of its adapter", ("fifo_within_adapter",)),
+}
+# A planted bug that makes the caps hold vacuously: no request of a new adapter
+# is ever admitted. The proofs still go through; the non-vacuity check of
+# `prove` (a new adapter joins a running one) must fail.
+VACUOUS_MUTANT = "gate_never_opens"
+
+
+class Sig:
+    """Sorts and rigid symbols (the same in every state)."""
+
+    def __init__(self, req: z3.SortRef, ad: z3.SortRef) -> None:
+        self.req, self.ad = req, ad
+        self.adapter = z3.Function("adapter", req, ad)
+        self.base = z3.Const("base", ad)
+        self.prio = z3.Function("prio", req, z3.IntSort())
+        self.seq = z3.Function("seq", req, z3.IntSort())
+        self.M, self.N, self.T, self.S = z3.Ints("max_loras max_num_seqs max_num_batched_tokens starvation_steps")
+
+    def axioms(self) -> list[z3.BoolRef]:
+        return [self.M >= 1, self.N >= 1, self.T >= 1, self.S >= 0]
+
+    def lora(self, r: z3.ExprRef) -> z3.BoolRef:
+        return self.adapter(r) != self.base
+
+    def r(self, name: str) -> z3.ExprRef:
+        return z3.Const(name, self.req)
+
+    def a(self, name: str) -> z3.ExprRef:
+        return z3.Const(name, self.ad)
+
+
+def _fa(vs: list[z3.ExprRef], body: z3.BoolRef) -> z3.BoolRef:
+    return z3.ForAll(vs, body)
+
+
+class State:
+    """The state vocabulary, one copy per tag."""
+
+    def __init__(self, g: Sig, tag: str) -> None:
+        B, Z = z3.BoolSort(), z3.IntSort()
+
+        def pred(n: str) -> z3.FuncDeclRef:
+            return z3.Function(f"{n}@{tag}", g.req, B)
+
+        self.arrived, self.W, self.R, self.F, self.X = (pred(n) for n in ("arrived", "W", "R", "F", "X"))
+        self.ever, self.star = pred("ever"), pred("star")
+        self.ws = z3.Function(f"ws@{tag}", g.req, Z)
+        self.arr = z3.Function(f"arr@{tag}", g.req, Z)
+        self.seat = z3.Function(f"seat@{tag}", g.req, Z)
+        self.slot = z3.Function(f"slot@{tag}", g.ad, Z)
+        self.step = z3.Int(f"step@{tag}")
+
+
+def init(g: Sig, s: State) -> z3.BoolRef:
+    """The empty scheduler before step 1 (ghosts arbitrary)."""
+    r = g.r("r")
+    return z3.And(s.step == 0, _fa([r], z3.And(*[z3.Not(p(r)) for p in (s.arrived, s.W, s.R, s.F, s.X,
+                                                                       s.ever, s.star)])))
+
+
+def _injective(g: Sig, member: Callable[[z3.ExprRef], z3.BoolRef], val: Callable[[z3.ExprRef], z3.ArithRef],
+               key: Callable[[z3.ExprRef], z3.ExprRef], bound: z3.ArithRef) -> z3.BoolRef:
+    """`val` maps the members into [0, bound) and is injective on their keys."""
+    r1, r2 = g.r("r1"), g.r("r2")
+    return z3.And(
+        _fa([r1], z3.Implies(member(r1), z3.And(val(r1) >= 0, val(r1) < bound))),
+        _fa([r1, r2], z3.Implies(z3.And(member(r1), member(r2), val(r1) == val(r2)), key(r1) == key(r2))))
+
+
+def slots_ok(g: Sig, member: Callable[[z3.ExprRef], z3.BoolRef], slot: z3.FuncDeclRef) -> z3.BoolRef:
+    """At most M distinct adapters (> 0) among the members: `slot` injects them into {0..M-1}."""
+    def lora_member(r: z3.ExprRef) -> z3.BoolRef:
+        return z3.And(member(r), g.lora(r))
+    return _injective(g, lora_member, lambda r: slot(g.adapter(r)), g.adapter, g.M)
+
+
+def seats_ok(g: Sig, member: Callable[[z3.ExprRef], z3.BoolRef], seat: z3.FuncDeclRef) -> z3.BoolRef:
+    """At most N members: `seat` injects them into {0..N-1}."""
+    return _injective(g, member, seat, lambda r: r, g.N)
+
+
+def _same_key(g: Sig, r1: z3.ExprRef, r2: z3.ExprRef) -> z3.BoolRef:
+    return z3.And(g.adapter(r1) == g.adapter(r2), g.prio(r1) == g.prio(r2))
+
+
+def invariants(g: Sig, s: State, m: Model) -> dict[str, z3.BoolRef]:
+    """The inductive invariant, one named ∀-formula per conjunct.
+
+    partition: a request has arrived iff it is in exactly one of W/R/F/X.
+    unarrived: a request not yet arrived was never admitted, is not r*, and
+      comes after every arrived request in `seq`.
+    times: arrival <= waiting_since <= step for arrived requests; arrival
+      steps are nondecreasing in `seq`; a never-admitted waiting request has
+      waited since its arrival; a running request was admitted.
+    seats: running requests inject into {0..N-1} (so at most N run).
+    slots (not for vllm/blocking with skip): adapters of running requests
+      inject into {0..M-1} (so at most M are running).
+    fifo_state: no never-admitted waiting request precedes (in `seq`) an
+      admitted request of its adapter and priority.
+    star_first (fair): no never-admitted waiting request precedes a waiting,
+      never-admitted r* of its adapter and priority.
+    """
+    r, r1, r2 = g.r("r"), g.r("r1"), g.r("r2")
+    inv: dict[str, z3.BoolRef] = {}
+    inv["partition"] = _fa([r], z3.And(s.arrived(r) == z3.Or(s.W(r), s.R(r), s.F(r), s.X(r)),
+                                       z3.AtMost(s.W(r), s.R(r), s.F(r), s.X(r), 1)))
+    inv["unarrived"] = z3.And(
+        _fa([r], z3.Implies(z3.Not(s.arrived(r)), z3.And(z3.Not(s.ever(r)), z3.Not(s.star(r))))),
+        _fa([r1, r2], z3.Implies(z3.And(s.arrived(r1), z3.Not(s.arrived(r2))), g.seq(r1) < g.seq(r2))))
+    inv["times"] = z3.And(
+        s.step >= 0,
+        _fa([r], z3.Implies(s.arrived(r), z3.And(s.arr(r) >= 1, s.arr(r) <= s.ws(r), s.ws(r) <= s.step))),
+        _fa([r1, r2], z3.Implies(z3.And(s.arrived(r1), s.arrived(r2), g.seq(r1) < g.seq(r2)),
+                                 s.arr(r1) <= s.arr(r2))),
+        _fa([r], z3.Implies(z3.And(s.W(r), z3.Not(s.ever(r))), s.ws(r) == s.arr(r))),
+        _fa([r], z3.Implies(s.R(r), s.ever(r))))
+    inv["seats"] = seats_ok(g, s.R, s.seat)
+    if m.policy == "fair" or not m.skip:
+        inv["slots"] = slots_ok(g, s.R, s.slot)
+    inv["fifo_state"] = _fa([r1, r2], z3.Implies(
+        z3.And(s.ever(r1), s.W(r2), z3.Not(s.ever(r2)), _same_key(g, r1, r2)), z3.Not(g.seq(r2) < g.seq(r1))))
+    if m.policy == "fair":
+        inv["star_first"] = _fa([r1, r2], z3.Implies(
+            z3.And(s.star(r1), s.W(r1), z3.Not(s.ever(r1)), s.W(r2), z3.Not(s.ever(r2)), _same_key(g, r1, r2)),
+            z3.Not(g.seq(r2) < g.seq(r1))))
+    return inv
+
+
+@dataclass
+class Step:
+    """Transition-local symbols of one step from `pre` to `post` and the
+    derived sets (Python functions building terms)."""
+
+    g: Sig
+    pre: State
+    post: State
+    m: Model
+    tag: str
+    syms: dict[str, z3.ExprRef] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        g, t = self.g, self.tag
+        B, Z = z3.BoolSort(), z3.IntSort()
+        for n in ("arrive", "abort", "sched", "preempt", "adm", "fin", "star_s", "stop", "full"):
+            self.syms[n] = z3.Function(f"{n}#{t}", g.req, B)
+        for n in ("tok", "before"):
+            self.syms[n] = z3.Function(f"{n}#{t}", g.req, Z)
+        for n in ("C0", "V"):
+            self.syms[n] = z3.Function(f"{n}#{t}", g.ad, B)
+        self.syms["ahead"] = z3.Function(f"ahead#{t}", g.req, g.req, B)
+        self.syms["so"] = z3.Function(f"so#{t}", g.req, g.req, B)
+        self.syms["Cb"] = z3.Function(f"Cb#{t}", g.req, g.ad, B)
+        self.syms["h"] = z3.Bool(f"h#{t}")
+        self.syms["noscan"] = z3.Bool(f"noscan#{t}")
+        self.syms["t"] = z3.Int(f"t#{t}")
+
+    def __getattr__(self, name: str) -> z3.ExprRef:
+        syms = self.__dict__.get("syms", {})
+        if name in syms:
+            return syms[name]
+        raise AttributeError(name)
+
+    # derived sets
+    def W1(self, r: z3.ExprRef) -> z3.BoolRef:
+        return z3.And(z3.Or(self.pre_.W(r), self.arrive(r)), z3.Not(self.abort(r)))
+
+    def R1(self, r: z3.ExprRef) -> z3.BoolRef:
+        return z3.And(self.pre_.R(r), z3.Not(self.abort(r)))
+
+    def R2(self, r: z3.ExprRef) -> z3.BoolRef:
+        if self.m.mutant == "preempted_stay_running":
+            return self.R1(r)
+        return z3.And(self.R1(r), z3.Not(self.preempt(r)))
+
+    def W2(self, r: z3.ExprRef) -> z3.BoolRef:
+        return z3.Or(z3.And(self.W1(r), z3.Not(self.adm(r))), self.preempt(r))
+
+    def R3(self, r: z3.ExprRef) -> z3.BoolRef:
+        """Running once the step is scheduled (before the model output)."""
+        return z3.Or(self.R2(r), self.adm(r))
+
+    def Xs(self, r: z3.ExprRef) -> z3.BoolRef:
+        """Scheduled in this step (running phase or admitted)."""
+        return z3.Or(self.sched(r), self.adm(r))
+
+    def ws1(self, r: z3.ExprRef) -> z3.ArithRef:
+        return z3.If(self.arrive(r), self.t, self.pre_.ws(r))
+
+    def new(self, r: z3.ExprRef) -> z3.BoolRef:
+        """r is admitted and brings a new adapter into the scan's cap set."""
+        g = self.g
+        return z3.And(self.adm(r), g.lora(r), z3.Not(self.Cb(r, g.adapter(r))))
+
+    def capb(self, r: z3.ExprRef) -> z3.BoolRef:
+        g = self.g
+        return z3.And(g.lora(r), z3.Not(self.Cb(r, g.adapter(r))), self.full(r))
+
+    def hold(self, r: z3.ExprRef) -> z3.BoolRef:
+        return z3.And(self.V(self.g.adapter(r)), self.h, z3.Not(self.star_s(r)))
+
+    @property
+    def pre_(self) -> State:
+        return self.pre
+
+    def c0_base(self, r: z3.ExprRef) -> z3.BoolRef:
+        """The running requests whose adapters form the scan's initial cap set."""
+        if self.m.policy == "fair" and self.m.mutant != "fair_scheduled_set":
+            return self.R2(r)
+        return self.sched(r)
+
+
+def transition(g: Sig, st: Step) -> list[z3.BoolRef]:
+    """The step relation (see the module docstring), as a list of axioms."""
+    s, p, m = st.pre, st.post, st.m
+    r, r1, r2, r3 = g.r("r"), g.r("r1"), g.r("r2"), g.r("r3")
+    a = g.a("a")
+    t = st.t
+    fair = m.policy == "fair"
+    cs: list[z3.BoolRef] = [t >= s.step + 1]
+    # events
+    cs += [
+        _fa([r], z3.Implies(st.arrive(r), z3.Not(s.arrived(r)))),
+        _fa([r1, r2], z3.Implies(z3.And(st.arrive(r1), z3.Not(s.arrived(r2)), z3.Not(st.arrive(r2))),
+                                 g.seq(r1) < g.seq(r2))),
+        _fa([r], z3.Implies(st.abort(r), z3.Or(s.W(r), s.R(r), st.arrive(r)))),
+    ]
+    # running phase
+    cs += [
+        _fa([r], z3.Implies(z3.Or(st.sched(r), st.preempt(r)), st.R1(r))),
+        _fa([r], z3.Not(z3.And(st.sched(r), st.preempt(r)))),
+        _fa([r], z3.Implies(st.preempt(r), st.noscan)),
+        _fa([r], z3.Implies(z3.And(st.noscan, st.W1(r)), st.stop(r))),
+    ]
+    if not m.skip:
+        cs.append(_fa([r], z3.Implies(z3.And(st.R1(r), z3.Not(st.sched(r)), z3.Not(st.preempt(r))), st.noscan)))
+    # the scan order
+    cs += [
+        _fa([r], z3.Not(st.ahead(r, r))),
+        _fa([r1, r2, r3], z3.Implies(z3.And(st.ahead(r1, r2), st.ahead(r2, r3)), st.ahead(r1, r3))),
+        _fa([r1, r2], z3.Implies(z3.And(st.W1(r1), st.W1(r2), r1 != r2),
+                                 z3.Or(st.ahead(r1, r2), st.ahead(r2, r1)))),
+    ]
+    if m.mutant != "scan_order_free":
+        cs.append(_fa([r1, r2], z3.Implies(
+            z3.And(st.W1(r1), st.W1(r2), z3.Not(s.ever(r1)), z3.Not(s.ever(r2)), g.prio(r1) == g.prio(r2),
+                   g.seq(r1) < g.seq(r2), z3.Not(st.star_s(r2))),
+            st.ahead(r1, r2))))
+    # monotone scan flags
+    cs += [
+        _fa([r1, r2], z3.Implies(z3.And(st.stop(r1), st.ahead(r1, r2)), st.stop(r2))),
+        _fa([r1, r2], z3.Implies(z3.And(st.full(r1), st.ahead(r1, r2)), st.full(r2))),
+        _fa([r], z3.Implies(st.new(r), z3.Not(st.full(r)))),
+    ]
+    # the initial cap set C0 and its growth Cb
+    cs += [
+        _fa([r], z3.Implies(z3.And(st.c0_base(r), g.lora(r)), st.C0(g.adapter(r)))),
+        _fa([a], z3.Implies(st.C0(a), z3.And(a != g.base, z3.Exists([r], z3.And(st.c0_base(r),
+                                                                                  g.adapter(r) == a))))),
+        _fa([r, a], z3.Implies(z3.And(st.W1(r), st.C0(a)), st.Cb(r, a))),
+        _fa([r, a], z3.Implies(st.Cb(r, a), z3.Or(st.C0(a), z3.Exists([r1], z3.And(
+            st.new(r1), g.adapter(r1) == a, st.ahead(r1, r)))))),
+    ]
+    if m.mutant == VACUOUS_MUTANT:
+        cs.append(_fa([r], z3.Not(st.new(r))))
+    if m.mutant != "cap_set_forgets_admitted":
+        cs.append(_fa([r1, r2], z3.Implies(z3.And(st.adm(r1), g.lora(r1), st.ahead(r1, r2), st.W1(r2)),
+                                           st.Cb(r2, g.adapter(r1)))))
+    # admission and the reasons for leaving a request waiting
+    allowed = [st.W1(r), z3.Not(st.stop(r)), z3.Not(st.capb(r))]
+    if fair:
+        allowed.append(z3.Not(st.hold(r)))
+    cs.append(_fa([r], z3.Implies(st.adm(r), z3.And(*allowed))))
+    reasons = [st.stop(r), s.ever(r)]  # a stop; stale async output (only after an admission)
+    if m.policy == "vllm":
+        reasons.append(st.capb(r))
+    elif fair:
+        reasons += [st.capb(r), st.hold(r)]
+    else:  # blocking: a cap-blocked request stops the scan
+        cs.append(_fa([r], z3.Implies(z3.And(st.W1(r), st.capb(r)), st.stop(r))))
+    cs.append(_fa([r], z3.Implies(z3.And(st.W1(r), z3.Not(st.adm(r))), z3.Or(*reasons))))
+    # fair's r*: sticky, or a fresh waiting request that has waited S and is
+    # the oldest (waiting_since, seq) of its priority and adapter.
+    if fair:
+        older = z3.Or(st.ws1(r) < st.ws1(r2), z3.And(st.ws1(r) == st.ws1(r2), g.seq(r) <= g.seq(r2)))
+        fresh = [st.W1(r), t - st.ws1(r) >= g.S]
+        if m.mutant != "star_not_oldest":
+            fresh.append(_fa([r2], z3.Implies(
+                z3.And(z3.Not(s.ever(r)), st.W1(r2), z3.Not(s.ever(r2)), _same_key(g, r, r2),
+                       t - st.ws1(r2) >= g.S), older)))
+        cs += [
+            _fa([r], z3.Implies(z3.And(st.star_s(r), s.star(r)), st.W1(r))),
+            _fa([r], z3.Implies(z3.And(st.star_s(r), z3.Not(s.star(r))), z3.And(*fresh))),
+            _fa([r1, r2], z3.Implies(z3.And(st.star_s(r1), st.star_s(r2)), r1 == r2)),
+            _fa([r], p.star(r) == z3.And(st.star_s(r), p.W(r))),  # kept until admitted (or gone)
+        ]
+    else:
+        cs += [_fa([r], z3.Not(st.star_s(r))), _fa([r], p.star(r) == s.star(r))]
+    # ghost LoRA slots: kept by running adapters, a free one in [0, M) for a new adapter
+    hi = g.M + 1 if m.mutant == "cap_off_by_one" else g.M
+    cs += [
+        _fa([r], z3.Implies(z3.And(st.R2(r), g.lora(r)), p.slot(g.adapter(r)) == s.slot(g.adapter(r)))),
+        _fa([r], z3.Implies(st.new(r), z3.And(p.slot(g.adapter(r)) >= 0, p.slot(g.adapter(r)) < hi))),
+        _fa([r, a], z3.Implies(z3.And(st.new(r), st.Cb(r, a)), p.slot(a) != p.slot(g.adapter(r)))),
+    ]
+    # ghost seats: kept by running requests, a free one in [0, N) for an admitted one
+    nhi = g.N + 1 if m.mutant == "seat_off_by_one" else g.N
+    cs += [
+        _fa([r], z3.Implies(st.R2(r), p.seat(r) == s.seat(r))),
+        _fa([r], z3.Implies(st.adm(r), z3.And(p.seat(r) >= 0, p.seat(r) < nhi))),
+        _fa([r, r2], z3.Implies(z3.And(st.adm(r), z3.Or(st.R2(r2), z3.And(st.adm(r2), st.ahead(r2, r)))),
+                                p.seat(r2) != p.seat(r))),
+    ]
+    # token budget: prefix sums in scheduling order `so`
+    room = g.T - st.before(r) + (1 if m.mutant == "budget_off_by_one" else 0)
+    cs += [
+        _fa([r], z3.Implies(st.Xs(r), z3.And(st.tok(r) >= 1, st.before(r) >= 0, st.tok(r) <= room))),
+        _fa([r], z3.Not(st.so(r, r))),
+        _fa([r1, r2, r3], z3.Implies(z3.And(st.so(r1, r2), st.so(r2, r3)), st.so(r1, r3))),
+        _fa([r1, r2], z3.Implies(z3.And(st.Xs(r1), st.Xs(r2), r1 != r2), z3.Or(st.so(r1, r2), st.so(r2, r1)))),
+        _fa([r1, r2], z3.Implies(z3.And(st.Xs(r1), st.Xs(r2), st.so(r1, r2)),
+                                 st.before(r2) >= st.before(r1) + st.tok(r1))),
+    ]
+    # model output
+    if m.skip:
+        cs.append(_fa([r], z3.Implies(st.fin(r), z3.Or(st.R3(r), z3.And(st.W2(r), s.ever(r))))))
+    else:
+        cs.append(_fa([r], z3.Implies(st.fin(r), st.Xs(r))))
+    cs += [
+        p.step == t,
+        _fa([r], z3.And(
+            p.arrived(r) == z3.Or(s.arrived(r), st.arrive(r)),
+            p.W(r) == z3.And(st.W2(r), z3.Not(st.fin(r))),
+            p.R(r) == z3.And(st.R3(r), z3.Not(st.fin(r))),
+            p.F(r) == z3.Or(s.F(r), st.fin(r)),
+            p.X(r) == z3.Or(s.X(r), st.abort(r)),
+            p.ever(r) == z3.Or(s.ever(r), st.adm(r)),
+            p.ws(r) == z3.If(st.preempt(r), t, st.ws1(r)),
+            p.arr(r) == z3.If(st.arrive(r), t, s.arr(r)))),
+    ]
+    return cs
+
+
+def step_property(g: Sig, st: Step, name: str) -> z3.BoolRef:
+    """The step properties of `spec.properties`, stated on the pre-state, the
+    step's sets and the post-state (never on the scan's own decisions).
+
+    running_lora_cap: at most M adapters among running requests once the
+      step is scheduled (`slot` of the post-state injects them).
+    batch_lora_cap: at most M adapters among scheduled requests.
+    capacity: at most N running once scheduled; scheduled tokens <= T
+      (every prefix sum before + tok <= T).
+    conservation: every arrived request is in exactly one of W/R/F/X after
+      the step, and has arrived iff it had or arrives now.
+    fifo_within_adapter: no request is first admitted while an earlier
+      (`seq`) request of its adapter and priority stays waiting, never admitted.
+    """
+    s, p = st.pre, st.post
+    r, r1, r2 = g.r("r"), g.r("r1"), g.r("r2")
+    if name == "running_lora_cap":
+        return slots_ok(g, st.R3, p.slot)
+    if name == "batch_lora_cap":
+        return slots_ok(g, st.Xs, p.slot)
+    if name == "capacity":
+        return z3.And(seats_ok(g, st.R3, p.seat),
+                      _fa([r], z3.Implies(st.Xs(r), st.before(r) + st.tok(r) <= g.T)))
+    if name == "conservation":
+        return _fa([r], z3.And(p.arrived(r) == z3.Or(p.W(r), p.R(r), p.F(r), p.X(r)),
+                               z3.AtMost(p.W(r), p.R(r), p.F(r), p.X(r), 1)))
+    if name == "fifo_within_adapter":
+        return _fa([r1, r2], z3.Implies(
+            z3.And(st.adm(r1), z3.Not(s.ever(r1)), st.W1(r2), z3.Not(st.adm(r2)), z3.Not(s.ever(r2)),
+                   _same_key(g, r1, r2)),
+            z3.Not(g.seq(r2) < g.seq(r1))))
+    raise ValueError(f"unknown property {name!r}")
+
+
+class System:
+    """Sorts, two states and a step for one `Model` (symbolic sorts by default)."""
+
+    def __init__(self, m: Model, req: z3.SortRef | None = None, ad: z3.SortRef | None = None) -> None:
+        self.m = m
+        self.g = Sig(req if req is not None else z3.DeclareSort("Req"),
+                     ad if ad is not None else z3.DeclareSort("Adapter"))
+        self.s0, self.s1 = State(self.g, "0"), State(self.g, "1")
+        self.step = Step(self.g, self.s0, self.s1, m, "0")
+
+    def inv(self, s: State) -> dict[str, z3.BoolRef]:
+        return invariants(self.g, s, self.m)
+
+    def trans(self) -> list[z3.BoolRef]:
+        return transition(self.g, self.step)
+
+
+# ---- obligations ----------------------------------------------------------
+
+@dataclass
+class Outcome:
+    model: str
+    kind: str  # init | preserves | safety | trace
+    name: str
+    verdict: str  # ok | fail | unknown | sat | unsat
+    seconds: float
+    detail: str = ""
+    counter: z3.ModelRef | None = None
+    exact: z3.ModelRef | None = None  # a model of `exact_violation`, when one was found
+    system: System | None = None
+
+    def line(self) -> str:
+        word = {"init": "implies invariant", "preserves": "preserves invariant", "safety": "implies safety",
+                "trace": "sat trace"}[self.kind]
+        mins, secs = divmod(self.seconds, 60)
+        v = {"ok": "ok.", "fail": "FAILED.", "unknown": "UNKNOWN.", "sat": "ok (sat).",
+             "unsat": "UNSAT."}[self.verdict]
+        return (f"  {word} {self.name} ... {v} (0:{int(mins):02d}:{secs:05.2f})"
+                + (f" {self.detail}" if self.detail else ""))
+
+
+def _solve(facts: list[z3.BoolRef], timeout_ms: int) -> tuple[z3.CheckSatResult, z3.Solver, float]:
+    sv = z3.Solver()
+    sv.set("timeout", timeout_ms)
+    sv.add(facts)
+    t0 = time.monotonic()
+    r = sv.check()
+    return r, sv, time.monotonic() - t0
+
+
+def _verdict(r: z3.CheckSatResult) -> str:
+    return "ok" if r == z3.unsat else ("fail" if r == z3.sat else "unknown")
+
+
+def prove(m: Model, *, props: tuple[str, ...] = PROPERTIES, timeout_ms: int = 60_000,
+          invariant_filter: str | None = None) -> list[Outcome]:
+    """Every obligation of `m`: init ⇒ each invariant, Inv ∧ step ⇒ each
+    invariant', Inv ∧ step ⇒ each property in `props`."""
+    sy = System(m)
+    g, out = sy.g, []
+    inv0, inv1 = sy.inv(sy.s0), sy.inv(sy.s1)
+    names = [n for n in inv0 if invariant_filter in (None, n)]
+    base = g.axioms()
+    for n in names:
+        r, sv, dt = _solve(base + [init(g, sy.s0), z3.Not(inv0[n])], timeout_ms)
+        out.append(Outcome(m.label, "init", n, _verdict(r), dt, counter=sv.model() if r == z3.sat else None))
+    hyp = base + list(inv0.values()) + sy.trans()
+    for n in names:
+        r, sv, dt = _solve(hyp + [z3.Not(inv1[n])], timeout_ms)
+        out.append(Outcome(m.label, "preserves", n, _verdict(r), dt,
+                           counter=sv.model() if r == z3.sat else None))
+    # non-vacuity of the step: from a state satisfying the invariant, a request
+    # of a new adapter is admitted while another adapter keeps running.
+    st, r1, r2 = sy.step, g.r("n1"), g.r("n2")
+    r, _sv, dt = _solve(hyp + [z3.Exists([r1, r2], z3.And(st.R2(r1), g.lora(r1), st.new(r2),
+                                                          g.adapter(r1) != g.adapter(r2)))], timeout_ms)
+    out.append(Outcome(m.label, "trace", "[Inv ∧ step: a new adapter joins a running one]",
+                       "sat" if r == z3.sat else ("unknown" if r == z3.unknown else "fail"), dt,
+                       detail="" if r == z3.sat else f"expected sat, got {r}: the step is vacuous"))
+    for n in props:
+        r, sv, dt = _solve(hyp + [z3.Not(step_property(g, sy.step, n))], timeout_ms)
+        o = Outcome(m.label, "safety", n, _verdict(r), dt, counter=sv.model() if r == z3.sat else None, system=sy)
+        if r == z3.sat:
+            o.detail, o.exact = real_violation(sy, hyp, n, timeout_ms)
+        out.append(o)
+    for o in out:
+        o.system = sy
+    return out
+
+
+def exact_violation(g: Sig, st: Step, name: str) -> z3.BoolRef:
+    """A violation of `name` that does not depend on the ghosts: for the caps,
+    M = 1 and two requests of distinct adapters (> 0) running / scheduled;
+    for the seats, N = 1 and two requests running; otherwise the negated
+    property (it mentions no ghost)."""
+    r1, r2 = g.r("v1"), g.r("v2")
+    if name in CAP_PROPERTIES:
+        f = st.R3 if name == "running_lora_cap" else st.Xs
+        return z3.And(g.M == 1, z3.Exists([r1, r2], z3.And(f(r1), f(r2), g.lora(r1), g.lora(r2),
+                                                            g.adapter(r1) != g.adapter(r2))))
+    if name == "capacity":
+        r = g.r("v")
+        return z3.Or(z3.And(g.N == 1, z3.Exists([r1, r2], z3.And(st.R3(r1), st.R3(r2), r1 != r2))),
+                     z3.Exists([r], z3.And(st.Xs(r), st.before(r) + st.tok(r) > g.T)))
+    return z3.Not(step_property(g, st, name))
+
+
+def real_violation(sy: System, hyp: list[z3.BoolRef], name: str,
+                   timeout_ms: int) -> tuple[str, z3.ModelRef | None]:
+    """When an obligation fails, ask whether some state satisfying the
+    invariant steps to an *exact* violation (`exact_violation`), and count it
+    in Python in the countermodel's finite universe."""
+    g, st = sy.g, sy.step
+    r, sv, _ = _solve(hyp + [exact_violation(g, st, name)], timeout_ms)
+    if r != z3.sat:
+        return f"[no exact violation from an invariant state ({r}): the ghost fails, see the traces]", None
+    mod = sv.model()
+    return _count_violation(sy, mod, name), mod
+
+
+def _count_violation(sy: System, mod: z3.ModelRef, name: str) -> str:
+    g, st = sy.g, sy.step
+    reqs = mod.get_universe(g.req) or []
+    if name in CAP_PROPERTIES:
+        member = st.R3 if name == "running_lora_cap" else st.Xs
+        ads = {str(mod.eval(g.adapter(x), model_completion=True)) for x in reqs
+               if z3.is_true(mod.eval(z3.And(member(x), g.lora(x)), model_completion=True))}
+        M = mod.eval(g.M, model_completion=True).as_long()
+        rel = ">" if len(ads) > M else "<= (not a violation!)"
+        return (f"[exact violation from an invariant state: {len(reqs)} requests, "
+                f"{len(ads)} adapters {rel} max_loras {M}]")
+    return f"[exact violation from an invariant state: {len(reqs)} requests]"
+
+
+CTI_VERSION = 1
+
+
+def cti_json(o: Outcome) -> dict:
+    """A failed obligation as a versioned JSON object (mypyvy's `--json`):
+    the finite universes of its countermodel (the exact violation when there
+    is one), the rigid symbols, the pre- and post-state relations and the
+    step's sets. Element names are Z3's (`Req!val!0`, ...)."""
+    sy = o.system
+    mod = o.exact if o.exact is not None else o.counter
+    assert sy is not None and mod is not None, "only a failed obligation has a countermodel"
+    g, st = sy.g, sy.step
+    reqs = mod.get_universe(g.req) or []
+    ads = mod.get_universe(g.ad) or []
+
+    def ev(e: z3.ExprRef) -> z3.ExprRef:
+        return mod.eval(e, model_completion=True)
+
+    def members(f: Callable[[z3.ExprRef], z3.BoolRef]) -> list[str]:
+        return [str(x) for x in reqs if z3.is_true(ev(f(x)))]
+
+    def state(s: State) -> dict:
+        out: dict = {"step": ev(s.step).as_long()}
+        for n in ("arrived", "W", "R", "F", "X", "ever", "star"):
+            out[n] = members(getattr(s, n))
+        return out
+
+    return {
+        "version": CTI_VERSION,
+        "type": "init" if o.kind == "init" else "cti",
+        "model": o.model, "obligation": o.kind, "name": o.name, "exact": o.exact is not None,
+        "config": {k: ev(v).as_long() for k, v in (("max_loras", g.M), ("max_num_seqs", g.N),
+                                                    ("max_num_batched_tokens", g.T), ("starvation_steps", g.S))},
+        "universes": {"Req": [str(x) for x in reqs], "Adapter": [str(a) for a in ads]},
+        "rigid": {"base": str(ev(g.base)), "adapter": {str(x): str(ev(g.adapter(x))) for x in reqs},
+                  "prio": {str(x): ev(g.prio(x)).as_long() for x in reqs},
+                  "seq": {str(x): ev(g.seq(x)).as_long() for x in reqs}},
+        "states": [state(sy.s0), state(sy.s1)],
+        "step": {**{n: members(getattr(st, n)) for n in ("arrive", "abort", "sched", "preempt", "adm", "fin")},
+                 "tok": {x: ev(st.tok(r)).as_long() for x, r in ((str(r), r) for r in reqs)
+                         if z3.is_true(ev(st.Xs(r)))},
+                 "before": {x: ev(st.before(r)).as_long() for x, r in ((str(r), r) for r in reqs)
+                            if z3.is_true(ev(st.Xs(r)))}},
+    }
+
+
+def write_cti(o: Outcome, path: str) -> None:
+    import json
+    import os
+
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(cti_json(o), f, indent=1)
+
+
+# ---- reachability (mypyvy `sat trace`) ------------------------------------
+
+def trace(m: Model, depth: int, goal: Callable[[System, list[State], list[Step]], z3.BoolRef], *,
+          extra: Callable[[Sig, list[Step]], list[z3.BoolRef]] | None = None, timeout_ms: int = 60_000,
+          ) -> tuple[z3.CheckSatResult, float, z3.ModelRef | None, System, list[Step]]:
+    """Is a state satisfying `goal` reachable in `depth` steps from init?"""
+    sy = System(m)
+    g = sy.g
+    states = [State(g, f"t{i}") for i in range(depth + 1)]
+    steps = [Step(g, states[i], states[i + 1], m, f"t{i}") for i in range(depth)]
+    facts = g.axioms() + [init(g, states[0])] + (extra(g, steps) if extra else [])
+    for st in steps:
+        facts += transition(g, st)
+    facts.append(goal(sy, states, steps))
+    r, sv, dt = _solve(facts, timeout_ms)
+    return r, dt, (sv.model() if r == z3.sat else None), sy, steps
+
+
+def reference_like(g: Sig, steps: list[Step]) -> list[z3.BoolRef]:
+    """max_loras 1, one priority, no preemption (the replay has ample KV)."""
+    r = g.r("r")
+    return [g.M == 1, _fa([r], g.prio(r) == 0)] + [_fa([r], z3.Not(st.preempt(r))) for st in steps]
+
+
+def two_adapters(member: str) -> Callable[[System, list[State], list[Step]], z3.BoolRef]:
+    """Goal: in the last step, two requests of distinct adapters (> 0) are
+    running once scheduled (`member` = "R3") or scheduled ("Xs")."""
+    def goal(sy: System, states: list[State], steps: list[Step]) -> z3.BoolRef:
+        g, st = sy.g, steps[-1]
+        r1, r2 = g.r("w1"), g.r("w2")
+        f = getattr(st, member)
+        return z3.Exists([r1, r2], z3.And(f(r1), f(r2), g.lora(r1), g.lora(r2), g.adapter(r1) != g.adapter(r2)))
+    return goal
+
+
+def cap_blocked_at_full(sy: System, states: list[State], steps: list[Step]) -> z3.BoolRef:
+    """Goal: M = 2 adapters are running after the last step and a request of a
+    third adapter is left waiting, cap-blocked (the cap is reached and used)."""
+    g, st = sy.g, steps[-1]
+    r1, r2, r3 = g.r("w1"), g.r("w2"), g.r("w3")
+    return z3.And(g.M == 2, z3.Exists([r1, r2, r3], z3.And(
+        st.R3(r1), st.R3(r2), g.lora(r1), g.lora(r2), g.adapter(r1) != g.adapter(r2),
+        st.W1(r3), z3.Not(st.adm(r3)), st.capb(r3),
+        g.adapter(r3) != g.adapter(r1), g.adapter(r3) != g.adapter(r2))))
+
+
+def max_loras_is(k: int) -> Callable[[Sig, list[Step]], list[z3.BoolRef]]:
+    return lambda g, _steps: [g.M == k]
+
+
+@dataclass(frozen=True)
+class TraceCheck:
+    name: str
+    model: Model
+    depth: int
+    goal: Callable[[System, list[State], list[Step]], z3.BoolRef]
+    extra: Callable[[Sig, list[Step]], list[z3.BoolRef]] | None
+    expect: str  # sat | unsat
+    props: tuple[str, ...] = CAP_PROPERTIES  # the properties it gives evidence about
+    replay: str | None = None  # a sat trace violating this property must replay in the reference
+
+
+TRACES = (
+    # non-vacuity: the cap is reached and blocks a third adapter
+    TraceCheck("vllm: 2 adapters running, a 3rd cap-blocked (max_loras 2)", Model("vllm"), 2,
+               cap_blocked_at_full, None, "sat"),
+    TraceCheck("fair+skip: 2 adapters running, a 3rd cap-blocked (max_loras 2)", Model("fair", True), 2,
+               cap_blocked_at_full, None, "sat"),
+    TraceCheck("blocking: 2 adapters running, a 3rd cap-blocked (max_loras 2)", Model("blocking"), 2,
+               cap_blocked_at_full, None, "sat"),
+    # vLLM's scheduled-only cap set under a skipped running request: reachable violations
+    TraceCheck("vllm+skip: 2 adapters running with max_loras 1 (running_lora_cap)", Model("vllm", True), 2,
+               two_adapters("R3"), reference_like, "sat", replay="running_lora_cap"),
+    TraceCheck("vllm+skip: 2 adapters scheduled with max_loras 1 (batch_lora_cap, the crash)", Model("vllm", True),
+               3, two_adapters("Xs"), reference_like, "sat", replay="batch_lora_cap"),
+    # ... and not for fair nor for vllm without the skip (bounded confirmation of the proofs)
+    TraceCheck("fair+skip: 2 adapters running with max_loras 1", Model("fair", True), 2,
+               two_adapters("R3"), max_loras_is(1), "unsat"),
+    TraceCheck("vllm: 2 adapters scheduled with max_loras 1", Model("vllm"), 2,
+               two_adapters("Xs"), max_loras_is(1), "unsat"),
+)
+
+
+def run_trace(tc: TraceCheck, timeout_ms: int = 60_000) -> Outcome:
+    """One reachability check; a violating sat trace is also replayed (`replay_trace`)."""
+    r, dt, mod, sy, steps = trace(tc.model, tc.depth, tc.goal, extra=tc.extra, timeout_ms=timeout_ms)
+    v = "sat" if r == z3.sat else ("unsat" if r == z3.unsat else "unknown")
+    ok = v == tc.expect
+    detail = f"expected {tc.expect}, got {v}"
+    if ok and mod is not None and tc.replay is not None:
+        ok, how = replay_trace(tc, mod, sy, steps)
+        detail += f"; replay in policy/: {how}"
+    return Outcome(tc.model.label, "trace", f"[{tc.name}] depth {tc.depth}",
+                   ("sat" if v == "sat" else "ok") if ok else ("unknown" if v == "unknown" else "fail"),
+                   dt, detail=detail, counter=mod)
+
+
+def replay_trace(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[Step]) -> tuple[bool, str]:
+    """Turn a sat trace into a `policy.driver.Workload` and run it through the
+    reference; `spec.check.check_trace` (the Observer) must report `tc.replay`.
+
+    The workload keeps the requests the trace admits, each arriving at the
+    step that admits it (in scan order), a request the trace finishes is
+    aborted at the next step, and the running requests the trace leaves
+    unscheduled are the skips. Prompts and outputs are long (8 and 8 tokens)
+    and budget and seats ample, so the reference admits every request of the
+    workload the LoRA gate lets in: the same sets as the trace when the trace
+    is a real behaviour."""
+    import functools
+    import os
+    import tempfile
+
+    from lora_sched.policy.driver import Workload, run
+    from lora_sched.spec.check import check_trace
+    from lora_sched.spec.config import Config
+    from lora_sched.spec.request import Request
+
+    prop = tc.replay
+    assert prop is not None
+    g = sy.g
+    univ = mod.get_universe(g.req) or []
+
+    def true(e: z3.ExprRef) -> bool:
+        return z3.is_true(mod.eval(e, model_completion=True))
+
+    ad_ids: dict[str, int] = {str(mod.eval(g.base, model_completion=True)): 0}
+    reqs: list[Request] = []
+    name: dict[str, str] = {}
+    aborts: dict[str, int] = {}
+    skips: dict[int, frozenset[str]] = {}
+    for i, st in enumerate(steps):
+        sk = {name[str(x)] for x in univ if str(x) in name
+              and true(z3.And(st.R1(x), z3.Not(st.sched(x)), z3.Not(st.preempt(x))))}
+        if sk:
+            skips[i + 1] = frozenset(sk)
+        adm = [x for x in univ if true(st.adm(x))]
+        adm.sort(key=functools.cmp_to_key(lambda x, y, st=st: -1 if true(st.ahead(x, y)) else 1))
+        for x in adm:
+            a = str(mod.eval(g.adapter(x), model_completion=True))
+            ad_ids.setdefault(a, len(ad_ids))
+            name[str(x)] = f"u{len(reqs)}"
+            reqs.append(Request(f"u{len(reqs)}", ad_ids[a], 8, 8, i + 1))
+        for x in univ:
+            if str(x) in name and true(st.fin(x)):
+                aborts[name[str(x)]] = i + 2
+    end = len(steps) + 1
+    for q in reqs:
+        aborts.setdefault(q.id, end)  # stop the run right after the trace
+    cfg = Config(max_loras=mod.eval(g.M, model_completion=True).as_long(), max_num_seqs=64,
+                 max_num_batched_tokens=256, policy=tc.model.policy)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.jsonl")
+        run(cfg, Workload(reqs, aborts, skips), trace_path=path)
+        report = check_trace(path)
+    v = report.first.get(prop)
+    shape = (f"{len(reqs)} requests, adapters {[q.adapter for q in reqs]}, arrivals {[q.arrival for q in reqs]}, "
+             f"skips {{{', '.join(f'{k}: {sorted(v)}' for k, v in skips.items())}}}")
+    return v is not None, f"{shape}: {v if v else 'no ' + prop + ' violation in the reference'}"
+
+
+# ---- the catalogue ---------------------------------------------------------
+
+# What is claimed for any size: (model, properties expected to be proved,
+# properties expected to fail).
+MODELS: tuple[tuple[Model, tuple[str, ...], tuple[str, ...]], ...] = (
+    (Model("vllm"), PROPERTIES, ()),
+    (Model("vllm", True), ("capacity", "conservation", "fifo_within_adapter"), CAP_PROPERTIES),
+    (Model("fair"), PROPERTIES, ()),
+    (Model("fair", True), PROPERTIES, ()),
+    (Model("blocking"), PROPERTIES, ()),
+    (Model("blocking", True), ("capacity", "conservation", "fifo_within_adapter"), CAP_PROPERTIES),
+)
+
+# Planted bugs: (model, mutant); each must make every property MUTANTS names fail.
+MUTANT_RUNS: tuple[tuple[str, bool, str], ...] = (
+    ("vllm", False, "cap_off_by_one"),
+    ("fair", True, "cap_off_by_one"),
+    ("fair", True, "cap_set_forgets_admitted"),
+    ("fair", True, "fair_scheduled_set"),
+    ("vllm", False, "seat_off_by_one"),
+    ("fair", True, "budget_off_by_one"),
+    ("vllm", False, "preempted_stay_running"),
+    ("vllm", False, "scan_order_free"),
+    ("fair", False, "star_not_oldest"),
+)
+
+
+def run_mutant(policy: str, skip: bool, mutant: str, timeout_ms: int = 60_000) -> list[Outcome]:
+    """The properties the mutant must break, with the invariants assumed."""
+    return [o for o in prove(Model(policy, skip, mutant), props=MUTANTS[mutant][1], timeout_ms=timeout_ms)
+            if o.kind == "safety"]
+
+
+def check_all(*, policies: tuple[str, ...] = POLICIES, properties: tuple[str, ...] = PROPERTIES,
+              invariant: str | None = None, mutants: bool = True, traces: bool = True,
+              timeout_ms: int = 60_000, echo: Callable[[str], None] = print, cti_dir: str | None = None) -> int:
+    """The whole catalogue, mypyvy style; returns the number of unexpected
+    results. With `cti_dir`, every failed obligation is written there as
+    `unbounded_<model>_<name>.cti.json` (`cti_json`)."""
+    errors = 0
+    t_all = time.monotonic()
+    for m, good, bad in MODELS:
+        if m.policy not in policies:
+            continue
+        echo(f"checking {m.label} (any number of requests and adapters):")
+        props = tuple(n for n in good + bad if n in properties)
+        for o in prove(m, props=props, timeout_ms=timeout_ms, invariant_filter=invariant):
+            if o.kind == "trace":
+                echo(o.line())
+                errors += o.verdict != "sat"
+                continue
+            expected_fail = o.kind == "safety" and o.name in bad
+            text = o.line()
+            if cti_dir and o.verdict == "fail":
+                path = f"{cti_dir}/unbounded_{m.label}_{o.name}.cti.json"
+                write_cti(o, path)
+                text += f" (wrote {path})"
+            if expected_fail:
+                text += " (expected: a real violation, see the sat traces)" if o.verdict == "fail" else \
+                    " (a failure was expected!)"
+            echo(text)
+            if (o.verdict != "ok") != expected_fail:
+                errors += 1
+                if o.verdict == "fail" and o.kind != "safety":
+                    echo(f"    error: invariant {o.name} may not be preserved by transition step[{m.label}]")
+    if traces:
+        echo("sat traces (reachability from init, mypyvy `sat trace`):")
+        for tc in TRACES:
+            if tc.model.policy not in policies or not set(tc.props) & set(properties):
+                continue
+            o = run_trace(tc, timeout_ms)
+            echo(o.line())
+            errors += o.verdict in ("fail", "unknown")
+    if mutants:
+        echo("planted bugs (each must make its properties fail):")
+        for pol, skip, mu in MUTANT_RUNS:
+            if pol not in policies or not set(MUTANTS[mu][1]) & set(properties):
+                continue
+            for o in run_mutant(pol, skip, mu, timeout_ms):
+                caught = o.verdict == "fail"
+                echo(o.line().replace(" ... FAILED.", " ... caught (fails).").replace(
+                    "implies safety", f"mutant {mu} on {pol}{'+skip' if skip else ''}: safety")
+                     + ("" if caught else " (SURVIVED!)"))
+                errors += not caught
+        vac = [o for o in prove(Model("fair", True, VACUOUS_MUTANT), props=CAP_PROPERTIES, timeout_ms=timeout_ms)
+               if o.kind in ("trace", "safety")] if "fair" in policies else []
+        for o in vac:  # the caps hold vacuously; the non-vacuity check must fail
+            caught = o.verdict == "fail" if o.kind == "trace" else o.verdict == "ok"
+            word = "sat trace" if o.kind == "trace" else "implies safety"
+            echo(o.line().replace(word, f"mutant {VACUOUS_MUTANT} on fair+skip: {word}")
+                 + (" (vacuously)" if o.kind == "safety" else " (caught: vacuous step)" if caught else " (SURVIVED!)"))
+            errors += not caught
+    echo(f"{'all ok!' if errors == 0 else f'program has errors. ({errors})'} "
+         f"({time.monotonic() - t_all:.1f}s)")
+    return errors
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    """`lora-sched prove --unbounded [--policy P] [--property X] [--timeout S] [--itf-dir DIR]`:
+    exit 0 when every verdict is the expected one, 1 when one is not (a proof
+    fails, a planted bug survives, a trace differs), else 2 when Z3 gave up
+    on some obligation; `--itf-dir` receives the failed obligations as CTI
+    JSON. `--json`, `--manifest` and `--emit-test` are refused (exit 2)."""
+    import sys
+
+    policy = getattr(args, "policy", None)
+    prop = getattr(args, "property", None)
+    if prop is not None and prop not in PROPERTIES:
+        print(f"--unbounded: --property {prop!r} is not one of {', '.join(PROPERTIES)}", file=sys.stderr)
+        return 2
+    for flag in ("json", "manifest", "emit_test"):
+        if getattr(args, flag, None):
+            print(f"--unbounded: --{flag.replace('_', '-')} is not supported with --unbounded", file=sys.stderr)
+            return 2
+    unknown: list[str] = []
+
+    def echo(line: str) -> None:
+        if "UNKNOWN." in line:
+            unknown.append(line)
+        print(line, flush=True)
+
+    errors = check_all(policies=(policy,) if policy else POLICIES, properties=(prop,) if prop else PROPERTIES,
+                       timeout_ms=int(getattr(args, "timeout", 60)) * 1000, cti_dir=getattr(args, "itf_dir", None),
+                       echo=echo)
+    if errors > len(unknown):
+        return 1
+    return 2 if unknown else 0
+
+
+def benchmark(echo: Callable[[str], None] = print) -> dict[str, float]:
+    """Figures for `proofs.benchmark`: seconds per model (all obligations),
+    the slowest obligation, and the sat traces. Prints; never asserts."""
+    figures: dict[str, float] = {}
+    echo("unbounded proofs (uninterpreted sorts, any R and A; seconds on this machine):")
+    for m, good, bad in MODELS:
+        t0 = time.monotonic()
+        outs = prove(m, props=good + bad)
+        total = time.monotonic() - t0
+        slow = max(outs, key=lambda o: o.seconds)
+        proved = [o.name for o in outs if o.kind == "safety" and o.verdict == "ok"]
+        failed = [o.name for o in outs if o.kind == "safety" and o.verdict != "ok"]
+        echo(f"   {m.label:14s} {len(outs):2d} obligations {total:6.2f}s, slowest {slow.kind} {slow.name} "
+             f"{slow.seconds:.2f}s; proved {proved}; fails {failed}")
+        figures[m.label] = total
+    for tc in TRACES:
+        o = run_trace(tc)
+        echo(f"   trace {tc.name}: {o.detail} ({o.seconds:.2f}s)")
+        figures[f"trace:{tc.name}"] = o.seconds
+    echo("bounded instance vs the reference (crosscheck: Z3 over EnumSorts of R requests, A adapters):")
+    for R, A in ((4, 2), (8, 4), (16, 8)):
+        t0 = time.monotonic()
+        res = crosscheck("fair", runs=1, requests=R, adapters=A, horizon=10, kv_blocks=2 * R, seed=R)
+        dt = time.monotonic() - t0
+        echo(f"   R={R:2d} A={A}: {res.steps} reference steps in {dt:.2f}s ({dt / max(1, res.steps):.2f}s/step), "
+             f"{len(res.failures)} failures, {res.unknown} unknown (timeout 20s)")
+        figures[f"crosscheck:R={R}"] = dt / max(1, res.steps)
+    return figures
+
+
+# ---- cross-check with the reference on concrete universes ------------------
+
+_ENUMS = itertools.count()
+
+
+@dataclass
+class CrossResult:
+    steps: int = 0
+    admissions: int = 0
+    preemptions: int = 0
+    skipped: int = 0
+    cap_skips: int = 0  # waiting requests left by the LoRA cap or fair's guard
+    unknown: int = 0  # steps Z3 did not decide within the timeout (not failures, not checked)
+    throttled: int = 0  # steps run with the DP prefill throttle
+    throttle_holds: int = 0  # waiting requests the throttle stopped the scan at
+    deferred: int = 0  # running requests left unscheduled by the reference itself (budget, async, throttle)
+    failures: list[str] = field(default_factory=list)
+
+
+def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int = 3, seed: int = 0,
+               skip: bool = False, async_scheduling: bool = False, kv_blocks: int | None = None,
+               queue: str = "fcfs", horizon: int = 14, timeout_ms: int = 20_000,
+               model: Model | None = None, max_prompt: int = 3) -> CrossResult:
+    """Bounded instance against the reference: instantiate the sorts with the
+    R requests and A+1 adapters (0 = base) of random runs of
+    `policy.core.Scheduler` (`z3.EnumSort`) and check at every step that the
+    concrete step (arrivals, aborts, scheduled, preempted, admitted, finished,
+    tokens, pre- and post-state) is a step of the model from a state that
+    satisfies the invariant, to a state that satisfies it again. The
+    abstraction: the pre-state's clock is the previous step (events of a step
+    without a `schedule()` call belong to the next pre-state); pre-state ghosts number the running requests and their
+    adapters in running order; r* is fair's guard's r* while it is waiting;
+    everything the model leaves free (scan order, cap sets, post ghosts) is
+    found by Z3. `model` replaces the model matching `policy` (to show that
+    a wrong model is caught). A failure means the model excludes a real behaviour (the
+    over-approximation would be unsound) or the invariant is false on a
+    reachable state."""
+    from lora_sched.policy import make_gate
+    from lora_sched.policy.core import Scheduler
+    from lora_sched.spec.config import Config
+    from lora_sched.spec.request import Request
+
+    rng = random.Random(seed)
+    ids = [f"r{i}" for i in range(requests)]
+    k = next(_ENUMS)  # Z3 enumeration sorts and their elements need fresh names
+    req_sort, reqs = z3.EnumSort(f"CReq{k}", [f"{x}_{k}" for x in ids])
+    ad_sort, ads = z3.EnumSort(f"CAd{k}", [f"a{i}_{k}" for i in range(adapters + 1)])
+    throttle_kw = "throttle" in inspect.signature(Scheduler.step).parameters
+    m = model if model is not None else Model(policy, skip)
+    sy = System(m, req_sort, ad_sort)
+    g = sy.g
+    inv0 = sy.inv(sy.s0)
+    solver = z3.Solver()
+    solver.set("timeout", timeout_ms)
+    solver.add(g.axioms() + [g.base == ads[0]] + sy.trans() + list(inv0.values()) + list(sy.inv(sy.s1).values()))
+    out = CrossResult()
+    for run in range(runs):
+        cfg = Config(max_loras=rng.randint(1, 2), max_num_seqs=rng.randint(1, 4),
+                     max_num_batched_tokens=rng.randint(1, 8), kv_blocks=kv_blocks, block_size=2,
+                     queue=queue, async_scheduling=async_scheduling, policy=policy,
+                     starvation_steps=rng.randint(0, 2))
+        sched = Scheduler(cfg, make_gate(policy))
+        arrivals = sorted(rng.randint(1, 4) for _ in ids)
+        wl = [Request(ids[i], rng.randint(0, adapters), rng.randint(1, max_prompt), rng.randint(1, 3), arrivals[i],
+                      priority=rng.randint(0, 1) if queue == "priority" else 0) for i in range(requests)]
+        for step in range(1, horizon + 1):
+            before = _snapshot(sched)
+            arrive = [r for r in wl if r.arrival == step]
+            for r in arrive:
+                sched.add(r)
+            abort = {r for r in sched.state.waiting + sched.state.running if rng.random() < 0.05}
+            for r in abort:
+                sched.abort(r)
+            if not (sched.state.waiting or sched.state.running):
+                continue  # the driver does not call schedule(); the next pre-state includes these events
+            skips = frozenset(r for r in sched.state.running if skip and rng.random() < 0.3)
+            if skip and throttle_kw and rng.random() < 0.3:
+                rec = sched.step(step, skips, throttle=True)  # DP prefill throttle (where the reference has it)
+                out.throttled += 1
+                out.throttle_holds += sum(1 for why in rec.holds.values() if why == "throttle")
+            else:
+                rec = sched.step(step, skips)
+            out.deferred += sum(1 for r in rec.running if r not in rec.scheduled and r not in skips
+                                and r not in rec.preempted)
+            after = _snapshot(sched)
+            solver.push()
+            solver.add(_pins(sy, reqs, ads, wl, before, after, cfg, step, rec, {r.id for r in arrive}, abort))
+            res = solver.check()
+            solver.pop()
+            out.steps += 1
+            out.admissions += len(rec.admitted)
+            out.preemptions += len(rec.preempted)
+            out.skipped += len(skips)
+            out.cap_skips += sum(1 for why in rec.holds.values() if why in ("lora_cap", "lora_stop", "fair_guard"))
+            if res == z3.unknown:
+                out.unknown += 1
+                continue
+            if res != z3.sat:
+                core = _core(sy, _pins(sy, reqs, ads, wl, before, after, cfg, step, rec,
+                                       {r.id for r in arrive}, abort), ads[0], timeout_ms) if res == z3.unsat else ""
+                out.failures.append(f"run {run} step {step}: {res}; {cfg}; record {rec.to_json()}; "
+                                    f"before {before['waiting']}/{before['running']}; core {core}")
+                break
+    return out
+
+
+def _core(sy: System, pins: list[z3.BoolRef], base: z3.ExprRef, timeout_ms: int) -> list[str]:
+    """Names of the invariants and transition axioms in an unsat core (diagnostics)."""
+    sv = z3.Solver()
+    sv.set("timeout", timeout_ms)
+    sv.add(sy.g.axioms() + [sy.g.base == base] + pins)
+    named: dict[str, z3.BoolRef] = {}
+    for n, f in sy.inv(sy.s0).items():
+        named[f"inv0:{n}"] = f
+    for n, f in sy.inv(sy.s1).items():
+        named[f"inv1:{n}"] = f
+    for i, f in enumerate(sy.trans()):
+        named[f"trans{i}:{str(f)[:80]}"] = f
+    for n, f in named.items():
+        sv.assert_and_track(f, z3.Bool(n))
+    if sv.check() != z3.unsat:
+        return ["(no core)"]
+    return sorted(str(c) for c in sv.unsat_core())
+
+
+def _snapshot(sched: object) -> dict:
+    st = sched.state  # type: ignore[attr-defined]
+    guard = getattr(getattr(sched, "gate", None), "guard", None)
+    return {"step": st.step, "waiting": list(st.waiting), "running": list(st.running),
+            "finished": set(st.finished), "aborted": set(st.aborted),
+            "ever": {r for r, rs in st.reqs.items() if rs.first_admitted is not None},
+            "ws": {r: rs.waiting_since for r, rs in st.reqs.items()},
+            "arr": {r: rs.req.arrival for r, rs in st.reqs.items()},
+            "seq": {r: rs.seq for r, rs in st.reqs.items()},
+            "adapter": {r: rs.req.adapter for r, rs in st.reqs.items()},
+            "star": getattr(guard, "star", None)}
+
+
+def _pins(sy: System, reqs: list, ads: list, wl: list, before: dict, after: dict, cfg: object, step: int,
+          rec: object, arrived_now: set[str], aborted_now: set[str]) -> list[z3.BoolRef]:
+    """Equalities fixing the concrete structure of one reference step."""
+    g, st, s0, s1 = sy.g, sy.step, sy.s0, sy.s1
+    c = cfg
+    cs: list[z3.BoolRef] = [g.M == c.max_loras, g.N == c.max_num_seqs,  # type: ignore[attr-defined]
+                            g.T == c.max_num_batched_tokens, g.S == c.starvation_steps,  # type: ignore
+                            s0.step == step - 1, st.t == step, s1.step == step]
+    scheduled = dict(rec.scheduled)  # type: ignore[attr-defined]
+    admitted = set(rec.admitted)  # type: ignore[attr-defined]
+    preempted = set(rec.preempted)  # type: ignore[attr-defined]
+    finished = after["finished"] - before["finished"]  # async: the previous step's output lands now
+    slots: dict[int, int] = {}
+    for r in before["running"]:
+        a = before["adapter"][r]
+        if a > 0 and a not in slots:
+            slots[a] = len(slots)
+    seats = {r: i for i, r in enumerate(before["running"])}
+    for i, r in enumerate(wl):
+        e = reqs[i]
+        cs += [g.adapter(e) == ads[r.adapter], g.prio(e) == r.priority,
+               g.seq(e) == after["seq"].get(r.id, 1000 + i)]
+        for snap, s in ((before, s0), (after, s1)):
+            arrived = r.id in snap["adapter"]
+            cs += [s.arrived(e) == arrived, s.W(e) == (r.id in snap["waiting"]),
+                   s.R(e) == (r.id in snap["running"]), s.F(e) == (r.id in snap["finished"]),
+                   s.X(e) == (r.id in snap["aborted"]), s.ever(e) == (r.id in snap["ever"]),
+                   s.star(e) == (snap["star"] == r.id and r.id in snap["waiting"])]
+            if arrived:
+                cs += [s.ws(e) == snap["ws"][r.id], s.arr(e) == snap["arr"][r.id]]
+        if r.id in seats:
+            cs.append(s0.seat(e) == seats[r.id])
+        cs += [st.arrive(e) == (r.id in arrived_now), st.abort(e) == (r.id in aborted_now),
+               st.adm(e) == (r.id in admitted), st.preempt(e) == (r.id in preempted),
+               st.sched(e) == (r.id in scheduled and r.id not in admitted), st.fin(e) == (r.id in finished)]
+        if r.id in scheduled:
+            cs.append(st.tok(e) == scheduled[r.id])
+    cs += [s0.slot(ads[a]) == k for a, k in slots.items()]
+    return cs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="unbounded safety proofs (any number of requests and adapters)")
+    ap.add_argument("--policy", choices=POLICIES, action="append")
+    ap.add_argument("--check-invariant")
+    ap.add_argument("--no-mutants", action="store_true")
+    ap.add_argument("--timeout", type=int, default=60)
+    ap.add_argument("--benchmark", action="store_true", help="print the figures of `benchmark` instead")
+    a = ap.parse_args(argv)
+    if a.benchmark:
+        benchmark()
+        return 0
+    return 1 if check_all(policies=tuple(a.policy or POLICIES), invariant=a.check_invariant,
+                          mutants=not a.no_mutants, timeout_ms=a.timeout * 1000) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

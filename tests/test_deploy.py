@@ -1,0 +1,118 @@
+"""The shipped scheduler classes: structural hook, refusal on unknown vLLM, settings.
+
+The classes' behaviour is checked step for step against the reference by the
+in-process conformance tests and, with the README's own command line, by
+`tests/test_conformance_live.py::test_readme_deploy_command`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+
+pytestmark = pytest.mark.vllm  # drives vLLM's own scheduler
+
+
+
+@pytest.fixture(scope="module")
+def deploy():
+    return importlib.import_module("lora_sched.scheduler")  # imports vLLM: only when these tests run
+
+
+@pytest.fixture(scope="module")
+def vllm_schedule():
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    return Scheduler.schedule
+
+
+@pytest.fixture(scope="module")
+def source(vllm_schedule):
+    return inspect.getsource(vllm_schedule)
+
+
+def test_hook_adds_two_calls_and_keeps_every_other_statement(deploy, source, vllm_schedule):
+    fn = deploy.hook_schedule(source)
+    names = set(fn.__code__.co_names)
+    assert {"_lora_gate", "_before_waiting_scan"} <= names
+    assert not {"_lora_gate", "_before_waiting_scan"} & set(vllm_schedule.__code__.co_names)
+    # Every global and attribute vLLM's schedule() reads is still read.
+    assert set(vllm_schedule.__code__.co_names) <= names
+
+
+@pytest.mark.parametrize("change, what", [
+    (("# Scheduling would exceed max_loras, skip.\n                    skip_request(request_queue)",
+      "self._skip_for_lora(request_queue)"), "LoRA-cap"),
+    (("while token_budget > 0:", "while token_budget >= 1 and True:"), "waiting-scan"),
+])
+def test_unknown_schedule_shape_refuses_to_load(deploy, source, change, what):
+    """A vLLM whose schedule() no longer has the shapes the hooks need makes
+    the import fail, naming the vLLM version and the supported range."""
+    old, new = change
+    assert old in source
+    with pytest.raises(deploy.UnsupportedVllm) as info:
+        deploy.hook_schedule(source.replace(old, new), version="0.99.0")
+    msg = str(info.value)
+    assert "vLLM 0.99.0" in msg and deploy.SUPPORTED_VLLM in msg and what in msg and "has 0" in msg
+
+
+def test_duplicated_shape_refuses_to_load(deploy, source):
+    body = source.split("\n", 1)[1]
+    twice = source + "\n" + "    def schedule2(self):\n" + body
+    with pytest.raises(deploy.UnsupportedVllm, match="has 2"):
+        deploy.hook_schedule(twice, version="0.32.0")
+
+
+class _Cfg:
+    def __init__(self, extra):
+        self.additional_config = extra
+
+
+@pytest.mark.parametrize("extra, want", [
+    ({}, 16),
+    ({"lora_sched": {}}, 16),
+    ({"lora_sched": {"starvation_steps": 0}}, 0),
+    ({"lora_sched": {"starvation_steps": 40}, "other_plugin": {"x": 1}}, 40),
+])
+def test_settings(deploy, extra, want):
+    assert deploy.settings_from(_Cfg(extra))["starvation_steps"] == want
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ({"lora_sched": {"starvation_step": 4}}, "unknown lora_sched setting(s) ['starvation_step']"),
+    ({"lora_sched": {"starvation_steps": -1}}, "lora_sched.starvation_steps must be an integer >= 0, got -1"),
+    ({"lora_sched": {"starvation_steps": "16"}}, "got '16'"),
+    ({"lora_sched": {"starvation_steps": True}}, "got True"),
+    ({"lora_sched": 16}, "'lora_sched' must be an object"),
+])
+def test_bad_settings_are_named(deploy, extra, needle):
+    with pytest.raises(ValueError) as info:
+        deploy.settings_from(_Cfg(extra))
+    assert needle in str(info.value)
+
+
+def test_fair_forgets_every_request_it_served():
+    """A long-running server must not keep per-request state: once every
+    request has finished (or been aborted), fair holds no entry for any."""
+    from lora_sched.conformance.inprocess import _model_output, _vllm_request, make_scheduler
+    from lora_sched.policy.scenarios import SCENARIOS
+    from lora_sched.spec.config import Config
+    from vllm.v1.request import RequestStatus
+
+    sc = SCENARIOS["starvation"]
+    cfg = Config(**{**sc.config.to_dict(), "policy": "fair"})
+    sched = make_scheduler(cfg, "fair")
+    reqs = sorted(sc.workload.requests, key=lambda r: r.arrival)
+    for i, r in enumerate(reqs[:30]):
+        sched.add_request(_vllm_request(r, i))
+    sched.finish_requests(reqs[0].id, RequestStatus.FINISHED_ABORTED)
+    steps = 0
+    while sched.has_requests():
+        out = sched.schedule()
+        sampled = {rid for rid in out.num_scheduled_tokens if not sched.requests[rid].is_prefill_chunk}
+        sched.update_from_output(out, _model_output(out, sampled))
+        steps += 1
+        assert steps < 5000
+    assert sched._since == {} and sched._seq == {}

@@ -1,0 +1,119 @@
+"""The adversarial families and the frontier (fast checks; the figures are printed by
+`lora-sched bench --adversarial / --frontier`, never asserted as goals here)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from lora_sched.bench.adversarial import Instance, climb, evaluate, known_instance, mutate
+from lora_sched.bench.families import FAMILY_DIR, FamilyError, load
+from lora_sched.bench.frontier import dominated, points
+
+from lora_sched.cli import main as cli_main
+
+
+def test_saved_families_reproduce_what_the_search_recorded():
+    """Drift check: each family under bench/families/ gives, run again, the ratio
+    and waits recorded by the search that found it (a change to a policy or to
+    the core that moves them must regenerate the families, on purpose)."""
+    paths = sorted(FAMILY_DIR.glob("adv-*.json"))
+    assert paths, "no adversarial families: run `lora-sched bench --adversarial`"
+    for path in paths:
+        name, cfg, reqs, raw = load(path)
+        fb = raw["found_by"]
+        ev = evaluate(Instance(cfg, tuple(reqs)), fb["policy"])
+        assert ev.ratio == pytest.approx(fb["ratio_steps"]), name
+        assert (ev.wait, ev.vllm_wait, ev.bound) == (fb["wait"], fb["vllm_wait"], fb["bound"]), name
+
+
+def test_hill_climbing_never_loses_ground():
+    """Each accepted mutation keeps or worsens the objective, so the climb ends at
+    least as bad for the policy as it started (here: fair's throughput on the
+    issue's known family)."""
+    start = known_instance()
+    rng = random.Random(3)
+    _, ev = climb("fair", "throughput", start, rng, 15)
+    assert ev.ratio <= evaluate(start, "fair").ratio
+
+
+def test_mutations_stay_in_the_search_space():
+    rng = random.Random(5)
+    inst = known_instance()
+    for _ in range(200):
+        inst = mutate(inst, rng)
+        assert 2 <= len(inst.requests) <= 48
+        assert len({r.id for r in inst.requests}) == len(inst.requests)
+        assert 1 <= inst.config.max_loras <= 4 and inst.config.max_num_batched_tokens >= 4
+
+
+def test_dominance_is_strict_in_both_coordinates():
+    pts = [{"policy": "a", "wait": 10, "ratio": 0.9}, {"policy": "b", "wait": 9, "ratio": 0.95},
+           {"policy": "c", "wait": 9, "ratio": 0.9}, {"policy": "a", "wait": 1, "ratio": 1.0}]
+    assert dominated(pts[0], pts) == [pts[1]]  # c ties on ratio; a's own points do not count
+    assert dominated(pts[1], pts) == [pts[3]]
+
+
+def test_frontier_points_on_a_family():
+    """vllm is the reference (ratio 1); every knobbed policy has one point per knob."""
+    inst = known_instance()
+    pts = points(inst.config, list(inst.requests), policies=("vllm", "fair", "vtc"), knobs=(0, 16))
+    assert [(p["policy"], p["knob"]) for p in pts] == [("vllm", None), ("fair", 0), ("fair", 16), ("vtc", None)]
+    assert pts[0]["ratio"] == 1.0 and pts[0]["ratio_steps"] == 1.0
+    assert all(p["wait"] >= 0 and p["ratio"] > 0 for p in pts)
+
+
+@pytest.mark.parametrize("mutilate, field", [
+    (lambda raw: raw.pop("config"), "config"),
+    (lambda raw: raw["requests"][0].pop("max_tokens"), "max_tokens"),
+    (lambda raw: raw["config"].update(max_loras=0), "max_loras"),
+])
+def test_bad_family_file_names_the_field(tmp_path, mutilate, field):
+    raw = json.loads(next(FAMILY_DIR.glob("adv-*.json")).read_text())
+    mutilate(raw)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(FamilyError, match=field) as exc:
+        load(path)
+    assert str(path) in str(exc.value)
+
+
+def test_frontier_cli_rejects_a_bad_family_with_exit_2(tmp_path, capsys):
+    (tmp_path / "bad.json").write_text("{not json")
+    rc = cli_main(["bench", "--frontier", "--families-dir", str(tmp_path), "--out", str(tmp_path / "out"),
+                   "--no-plots"])
+    assert rc == 2
+    assert "bad.json" in capsys.readouterr().out
+
+
+def test_optimum_of_a_hand_solved_instance():
+    """Two requests of different adapters, one LoRA slot, two seats, 2 steps
+    each, both at step 1: the slot serialises them, so the best schedule ends
+    at step 4 whatever the wait bound >= 2; a bound of 1 is infeasible (one of
+    them must wait 2 steps), and the core's vllm agrees with the optimum."""
+    from lora_sched.bench.optimum import best_schedule, check_abstraction, reference_last_step
+    from lora_sched.spec.config import Config
+    from lora_sched.spec.request import Request
+
+    cfg = Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=8)
+    reqs = [Request("a", 1, 2, 2, 1), Request("b", 2, 2, 2, 1)]
+    assert best_schedule(cfg, reqs, None).last_step == 4
+    assert best_schedule(cfg, reqs, 2).last_step == 4
+    assert best_schedule(cfg, reqs, 1).last_step is None
+    check_abstraction(cfg, reqs)
+    assert reference_last_step(cfg, reqs, "vllm") == (4, 2)
+
+
+def test_optimum_search_matches_the_core_on_random_small_instances():
+    """The abstraction's claim, checked: for random small instances inside it,
+    the unbounded optimum is never later than vllm's run through the real core,
+    and vllm's own worst wait as the bound is feasible by vllm's end."""
+    from lora_sched.bench.optimum import check_abstraction, small_instance, small_mutate
+
+    rng = random.Random(11)
+    for _ in range(12):
+        cfg, reqs = small_instance(rng, n_max=7)
+        for _ in range(3):
+            cfg, reqs = small_mutate(cfg, reqs, rng, n_max=7)
+        check_abstraction(cfg, reqs)

@@ -1,0 +1,51 @@
+"""The fuzz runner on vLLM's real scheduler: a crash of vLLM is a finding, with its trace, and shrinks.
+
+Seed 1029 is the first workload of the campaign from seed 0 that trips vLLM
+0.32's `assert len(scheduled_loras) <= max_loras` under the DP prefill
+throttle (docs/findings.md 1, docs/fuzz.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from lora_sched.fuzz.findings import trace_itf
+from lora_sched.fuzz.runner import run_case
+from lora_sched.fuzz.shrink import shrink
+from lora_sched.fuzz.space import generate
+from lora_sched.spec.trace import read_trace
+
+pytestmark = pytest.mark.vllm
+
+CRASH = "crash:AssertionError@scheduler.py:schedule:vllm"
+SEED = 1029
+
+
+def test_vllm_crash_is_a_finding_with_the_trace_up_to_it(tmp_path) -> None:
+    case = generate(SEED)
+    res = run_case(case, tmp_path / "t.jsonl")
+    assert CRASH in res.signatures, (f"seed {SEED} no longer crashes vLLM (was the generator changed?)",
+                                     [f.message for f in res.failures])
+    crash = next(f for f in res.failures if f.signature == CRASH)
+    assert "max_loras" in crash.message
+    trace = read_trace(tmp_path / "t.jsonl", allow_truncated_tail=True)
+    steps = trace.steps()
+    assert steps and any(r.throttle for r in steps)  # the throttled step that let the extra adapter in
+    itf = trace_itf(trace, CRASH)
+    assert len(itf["states"]) == len(steps) + 1 and "preempted" in itf["vars"]
+
+
+def test_fair_in_vllm_runs_the_crashing_workload() -> None:
+    case = generate(SEED)
+    fair = replace(case, config=replace(case.config, policy="fair"), reference="fair")
+    res = run_case(fair)
+    assert not res.failures, [f.message for f in res.failures]
+
+
+def test_the_crash_shrinks_to_three_requests() -> None:
+    out = shrink(generate(SEED), lambda c: CRASH in run_case(c).signatures, max_runs=700)
+    small = out.case
+    assert CRASH in run_case(small).signatures
+    assert len(small.workload.requests) == 3, small.to_json()  # no 1- or 2-request workload crashes
+    assert small.config.prefill_schedule_interval > 1 and not small.workload.aborts

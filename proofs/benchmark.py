@@ -1,46 +1,111 @@
 """Benchmark of the proofs (prints figures; never asserts on time).
 
-    python -m lora_sched.proofs.benchmark [--budget 60]
+    python -m lora_sched.proofs.benchmark [--budget 60] [--only NAME ...] [--list]
 
-1. deepest BMC depth (no_hol_blocking for vllm/fair, batch_lora_cap for
-   all three, so that the search does not stop at a counterexample) reached
-   within the budget for 8 requests / 3 adapters / max_loras 2, per policy;
-   every query has the remaining budget as its Z3 timeout, so nothing hangs;
-2. time of each k-induction proof (default bounds);
-3. incremental (push/pop) vs fresh solver time per depth.
+Sections (each a function in `SECTIONS`, so other modules can add theirs):
+
+* `bmc_depth`: the BMC depth curve on `batch_lora_cap` at R=8 / A=3 /
+  max_loras 2 (`BIG`) within the budget, per policy: plain incremental BMC,
+  with adapter symmetry breaking, and with the strengthening invariants
+  once proved inductive at these bounds (`engine.bmc(lemmas=True)`); the
+  cumulative seconds at each depth (wall, or with `--cpu` this process's CPU
+  time, for a machine shared with others). Every query gets the remaining
+  budget as its Z3 timeout, so nothing hangs.
+* `kinduction`: the time of each k-induction proof at the default bounds,
+  synchronous and under async scheduling + DP throttle.
+* `incremental`: incremental (push/pop) vs fresh solver per depth.
+* `fair_wait_family`: fair's tight worst wait (`engine.tight_wait`) at R=6,
+  A=3, max_loras 1..2, on a model that holds the base-model stream family (a
+  base request behind later LoRA arrivals,
+  `policy.workloads.behind_lora_stream`), and the same search on fair's
+  first design (`star_lora_only`) for comparison. Many minutes.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
+from dataclasses import replace
 
 from lora_sched.proofs import encoding as enc
 from lora_sched.proofs import engine
+from lora_sched.proofs.checks import ASYNC_THROTTLE, fair_B
 
 BIG = enc.Bounds(requests=8, adapters=3, max_prompt=2, max_output=2, max_loras=(2, 2), max_num_seqs=(1, 4),
                  max_num_batched_tokens=(1, 6), starvation_steps=(0, 3))
+# Holds behind_lora_stream(4, early_adapter=0, adapters=3) (L0 at 1, the base
+# request and L1 at 2, then L2..L4 every two steps) and every other workload
+# of 6 requests with P <= 1, L <= 2 arriving by step 7, under max_loras 1 or 2.
+FAMILY = enc.Bounds(requests=6, adapters=3, max_prompt=1, max_output=2, max_loras=(1, 2), max_num_seqs=(1, 2),
+                    max_num_batched_tokens=(2, 2), starvation_steps=(0, 0), last_arrival=7)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--budget", type=float, default=60.0)
-    ap.add_argument("--fresh-depth", type=int, default=8)
-    a = ap.parse_args()
-    print(f"1. deepest BMC depth in {a.budget:.0f}s, {BIG.describe()}")
-    for pol, prop in (("blocking", "batch_lora_cap"), ("vllm", "no_hol_blocking"), ("fair", "no_hol_blocking"),
-                      ("vllm", "batch_lora_cap"), ("fair", "batch_lora_cap")):
-        r = engine.bmc(BIG, pol, prop, 1000, deadline=time.monotonic() + a.budget)
-        print(f"   {pol:9s} {prop:18s} depth {r.depth:3d} ({r.verdict}, {r.seconds:.1f}s)", flush=True)
-    print("2. k-induction proofs, default bounds", enc.Bounds().describe())
-    for pol in ("vllm", "fair"):
-        for prop in enc.SAFETY:
-            r = engine.kinduction(enc.Bounds(), pol, prop, 3)
-            print(f"   {pol:5s} {prop:20s} {r.verdict} k={r.depth} {r.seconds:.1f}s", flush=True)
-    print(f"3. incremental vs fresh solver per depth (vllm no_hol_blocking, {BIG.describe()})")
+def bmc_depth(a: argparse.Namespace) -> None:
+    print(f"bmc_depth: deepest BMC depth on batch_lora_cap in {a.budget:.0f}s "
+          f"{'CPU' if a.cpu else 'wall'}, {BIG.describe()}")
+    modes = (("plain", {}), ("symmetry", {"symmetry": True}), ("lemmas+symmetry", {"lemmas": True, "symmetry": True}))
+    for pol in ("vllm", "fair", "blocking"):
+        for name, kw in modes:
+            if pol == "fair" and name == "symmetry":
+                continue  # fair's victim tie-break orders adapters: no symmetry to break
+            clock = time.process_time if a.cpu else time.monotonic
+            r = engine.bmc(BIG, pol, "batch_lora_cap", 1000, deadline=clock() + a.budget, clock=clock, **kw)
+            cum, curve = 0.0, []
+            for k, inc, _ in r.timings:
+                cum += inc
+                curve.append(f"{k}:{cum:.1f}")
+            print(f"   {pol:9s} {name:16s} depth {r.depth:3d} ({r.verdict}, {r.seconds:.1f}s)"
+                  + (f" [{r.reason}]" if r.reason and "lemmas" in name else ""), flush=True)
+            print(f"      depth:cumulative s  {' '.join(curve)}", flush=True)
+
+
+def kinduction(a: argparse.Namespace) -> None:
+    for b in (enc.Bounds(), ASYNC_THROTTLE):
+        print("kinduction:", b.describe())
+        for pol in ("vllm", "fair"):
+            for prop in enc.SAFETY:
+                r = engine.kinduction(b, pol, prop, 3)
+                print(f"   {pol:5s} {prop:20s} {r.verdict} k={r.depth} {r.seconds:.1f}s", flush=True)
+
+
+def incremental(a: argparse.Namespace) -> None:
+    print(f"incremental: incremental vs fresh solver per depth (vllm no_hol_blocking, {BIG.describe()})")
     r = engine.bmc(BIG, "vllm", "no_hol_blocking", a.fresh_depth, fresh=True)
     for k, inc, fr in r.timings:
         print(f"   depth {k:2d}: incremental {inc:6.2f}s  fresh {fr:6.2f}s", flush=True)
+
+
+def fair_wait_family(a: argparse.Namespace) -> None:
+    B = fair_B(FAMILY)
+    print(f"fair_wait_family: {FAMILY.describe()}, arrivals by step {FAMILY.last_arrival}, B = {B}")
+    for mut in (None, "star_lora_only"):
+        r = engine.tight_wait(replace(FAMILY, mutant=mut), "fair", a.wait_start,
+                              progress=lambda s: print("     ", s, flush=True))
+        print(f"   fair{'' if mut is None else ' [' + mut + ']'}: {r.verdict}, worst wait {r.worst} vs B = {B} "
+              f"({r.detail or r.reason}) {r.seconds:.0f}s", flush=True)
+
+
+SECTIONS: dict[str, Callable[[argparse.Namespace], None]] = {
+    "bmc_depth": bmc_depth,
+    "kinduction": kinduction,
+    "incremental": incremental,
+    "fair_wait_family": fair_wait_family,
+}
+DEFAULT = ("bmc_depth", "kinduction", "incremental")  # fair_wait_family takes minutes: ask for it
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--budget", type=float, default=60.0, help="seconds per BMC depth run")
+    ap.add_argument("--cpu", action="store_true",
+                    help="bmc_depth: the budget is this process's CPU time (Z3 included), not wall time")
+    ap.add_argument("--fresh-depth", type=int, default=8)
+    ap.add_argument("--wait-start", type=int, default=3, help="fair_wait_family: first wait tried")
+    ap.add_argument("--only", nargs="*", choices=list(SECTIONS), help="run only these sections")
+    a = ap.parse_args()
+    for name in a.only or DEFAULT:
+        SECTIONS[name](a)
 
 
 if __name__ == "__main__":

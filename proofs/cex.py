@@ -29,7 +29,7 @@ class Cex:
 
     policy: str
     property: str
-    config: dict[str, int]
+    config: dict[str, int | bool]
     requests: list[dict[str, int]]  # id, adapter, prompt_tokens, max_tokens, arrival
     aborts: dict[str, int]
     skips: dict[int, list[str]]
@@ -75,13 +75,15 @@ class Cex:
                     changes.append(f"{k}={_fmt(st.get(k))}")
             if st.get("skipped"):
                 changes.append(f"skipped={_fmt(st['skipped'])}")
+            if st.get("throttle"):
+                changes.append("THROTTLED")
             lines.append(f"  step {st['step']:>3}: " + ("; ".join(changes) or "(no change)"))
             prev = st
         return "\n".join(lines)
 
     def to_itf(self) -> dict[str, Any]:
         """Apalache / Quint ITF trace (https://apalache-mc.org/docs/adr/015adr-trace.html)."""
-        vars_ = ["step", *STATE_VARS, "skipped"]
+        vars_ = ["step", *STATE_VARS, "skipped", "throttle"]
 
         def conv(v: Any) -> Any:
             if isinstance(v, bool):
@@ -98,7 +100,7 @@ class Cex:
         for i, st in enumerate(self.states):
             row: dict[str, Any] = {"#meta": {"index": i}}
             for k in vars_:
-                row[k] = conv(st.get(k, []))
+                row[k] = conv(st.get(k, False if k == "throttle" else []))
             states.append(row)
         return {
             "#meta": {"format": "ITF", "format-description": "https://apalache-mc.org/docs/adr/015adr-trace.html",
@@ -115,7 +117,12 @@ class Cex:
                 "requests": self.requests, "aborts": self.aborts,
                 "skips": {str(k): v for k, v in self.skips.items()}, "bound": self.bound,
                 "depth": self.states[-1]["step"] if self.states else None,
+                **({"throttled": self.throttled()} if self.throttled() else {}),
                 **({"extra": self.extra} if self.extra else {})}
+
+    def throttled(self) -> list[int]:
+        """Steps the DP engine core throttled in the counterexample."""
+        return [st["step"] for st in self.states if st.get("throttle")]
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Cex:
@@ -146,8 +153,12 @@ def extract(path: Path, m: z3.ModelRef, depth: int, prop: str, note: str = "",
     """Read the first `depth` steps of `path` from model `m`."""
     p, b = path.params, path.bounds
     rid = [f"r{i}" for i in range(b.requests)]
-    cfg = {"max_loras": _iv(m, p.M), "max_num_seqs": _iv(m, p.N),
-           "max_num_batched_tokens": _iv(m, p.T), "starvation_steps": _iv(m, p.S)}
+    cfg: dict[str, int | bool] = {"max_loras": _iv(m, p.M), "max_num_seqs": _iv(m, p.N),
+                                  "max_num_batched_tokens": _iv(m, p.T), "starvation_steps": _iv(m, p.S)}
+    if b.async_scheduling:
+        cfg["async_scheduling"] = True
+    if b.prefill_interval > 1:
+        cfg["prefill_schedule_interval"] = b.prefill_interval
     arrival: dict[int, int] = {}
     aborts: dict[str, int] = {}
     skips: dict[int, list[str]] = {}
@@ -176,6 +187,7 @@ def extract(path: Path, m: z3.ModelRef, depth: int, prop: str, note: str = "",
             "scheduled": {rid[i]: _iv(m, aux.n[i]) for i in live if _iv(m, aux.n[i]) > 0},
             "admitted": [rid[i] for i in live if _bv(m, aux.admitted[i])],
             "skipped": sk,
+            **({"throttle": True} if _bv(m, aux.mid.throttle) else {}),
         })
     requests = [{"id": rid[i], "adapter": _iv(m, p.adapter[i]), "prompt_tokens": _iv(m, p.prompt[i]),
                  "max_tokens": _iv(m, p.max_tokens[i]), "arrival": arrival[i]} for i in sorted(arrival)]
@@ -220,13 +232,20 @@ def emit_test(cex: Cex, path: str) -> None:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     name = f"{cex.policy}_{cex.property}".replace("-", "_")
     body = pprint.pformat(cex.to_json(), width=100)
+    throttled = cex.throttled()
     with open(path, "w") as f:
         f.write(f'"""Replay of a `lora-sched prove` counterexample: {cex.policy} violates {cex.property}."""\n\n'
-                "from proofs.cex import Cex, replay\n\n"
+                + ("from lora_sched.policy.driver import run\n" if throttled else "")
+                + "from lora_sched.proofs.cex import Cex, replay\n\n"
                 f"CEX = {body}\n\n\n"
                 f"def test_{name}_replays() -> None:\n"
                 "    out = replay(Cex.from_json(CEX))\n"
                 "    assert out.reproduced, out.detail\n")
+        if throttled:  # the reference's DP engine cadence throttles the same steps as the solver's trace
+            f.write(f"\n\ndef test_{name}_throttles_the_same_steps() -> None:\n"
+                    "    cex = Cex.from_json(CEX)\n"
+                    "    res = run(cex.config_obj(), cex.workload(truncate=True))\n"
+                    "    assert [r.step for r in res.records if r.throttle] == CEX['throttled']\n")
 
 
 @dataclass

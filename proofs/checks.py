@@ -33,6 +33,12 @@ FAIR_WORST = 4
 LASSO_VLLM = replace(WAIT_FAIR, last_arrival=None)
 
 
+# vLLM's mechanisms that leave a running request unscheduled (small bounds).
+ASYNC = enc.Bounds(requests=3, adapters=2, async_scheduling=True)
+THROTTLE = enc.Bounds(requests=3, adapters=2, max_loras=(1, 1), prefill_interval=2)
+ASYNC_THROTTLE = enc.Bounds(requests=4, adapters=2, async_scheduling=True, prefill_interval=2)
+
+
 def wait_bound(b: enc.Bounds) -> int:
     return fair_B(b)
 
@@ -54,7 +60,9 @@ class Check:
 
     @property
     def label(self) -> str:
-        extra = " [skip]" if self.bounds.skip else ""
+        b = self.bounds
+        extra = "".join(f" [{w}]" for w, on in (("skip", b.skip), ("async", b.async_scheduling),
+                                                 (f"throttle/{b.prefill_interval}", b.prefill_interval > 1)) if on)
         if self.property == "bounded_wait" and self.method == "lasso":
             extra += " (lasso)"
         elif self.property == "bounded_wait":
@@ -75,6 +83,11 @@ def default_checks(bounds: enc.Bounds, depth: int) -> list[Check]:
     sk = replace(bounds, skip=True)
     out.append(Check("vllm", "running_lora_cap", "kind", sk, 3, "cex"))
     out.append(Check("vllm", "batch_lora_cap", "kind", sk, 3, "cex"))
+    # What vLLM runs: async scheduling and the DP prefill throttle.
+    out.append(Check("vllm", "running_lora_cap", "bmc", ASYNC, 4, "cex"))
+    out.append(Check("vllm", "batch_lora_cap", "bmc", THROTTLE, 4, "cex"))
+    for prop in ("batch_lora_cap", "running_lora_cap"):
+        out.append(Check("fair", prop, "kind", ASYNC_THROTTLE, 2, "proved"))
     return out
 
 

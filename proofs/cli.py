@@ -10,6 +10,10 @@ failed induction), else 0.
 PATH) instead and compares each with its recorded verdict: exit 0 when none
 drifts, 1 on any drift (`proofs.manifest.drift`).
 
+`prove --mutants [NAME ...]` runs the planted-bug catalogue of
+`proofs.mutants` instead, one timed line per mutant: exit 1 if a mutant
+survives (or a check's baseline fails), 2 on an unknown mutant name.
+
 `--json` prints one versioned object, a result per check (verdict, depth,
 seconds, message, the witness as ITF JSON or its `--itf-dir` path, and in
 manifest mode the expected verdict and the drift), instead of the text.
@@ -48,6 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--itf-dir", help="write each counterexample as <dir>/<policy>_<property>.itf.json")
     p.add_argument("--emit-test", help="write the (last) counterexample as a pytest replay case here")
     p.add_argument("--json", action="store_true", help="print one versioned JSON object (a result per check)")
+    p.add_argument("--mutants", nargs="*", metavar="NAME",
+                   help="run the planted-bug catalogue (proofs.mutants; all, or the named ones): "
+                        "exit 1 if a mutant survives")
     p.add_argument("-v", "--verbose", action="store_true", help="progress per depth / k")
     p.add_argument("--sweep", action="store_true", help="the manifest plus sweeps, as Ray tasks (fuzz.sweep)")
     p.add_argument("--unbounded", action="store_true",
@@ -96,6 +103,22 @@ def result_json(c: Check, r: engine.Result, itf: str | None, drifted: str | None
     return out
 
 
+def run_mutants(args: argparse.Namespace) -> int:
+    """`prove --mutants`: every mutant must be killed by the check it names."""
+    from lora_sched.proofs import mutants
+
+    unknown = sorted(set(args.mutants) - {m.name for m in mutants.CATALOGUE})
+    if unknown:
+        print(f"lora-sched prove: --mutants: unknown mutant(s) {unknown}; "
+              f"known: {[m.name for m in mutants.CATALOGUE]}", file=sys.stderr)
+        return 2
+    outcomes = mutants.run_all(args.mutants or None, timeout_ms=args.timeout * 1000)
+    ok = mutants.all_killed(outcomes)
+    print(f"{sum(o.killed for o in outcomes)}/{len(outcomes)} mutants killed: "
+          + ("all ok!" if ok else "program has errors."))
+    return 0 if ok else 1
+
+
 def main(args: argparse.Namespace) -> int:
     if args.sweep:
         from lora_sched.fuzz.sweep import main as sweep
@@ -104,6 +127,8 @@ def main(args: argparse.Namespace) -> int:
     if getattr(args, "unbounded", False):
         from lora_sched.proofs import unbounded
         return unbounded.cli_main(args)
+    if args.mutants is not None:
+        return run_mutants(args)
     checks = select(args)
     say = (lambda *a, **k: print(*a, **k, file=sys.stderr)) if args.json else print
     rows, results = [], []

@@ -6,11 +6,26 @@ The step relation of `policy.core.Scheduler` with the `blocking`, `vllm` and
 
 Abstraction (what is encoded, and what is not):
 
-* FCFS queue, synchronous scheduling, chunked prefill on,
-  `long_prefill_token_threshold` = 0, unlimited KV blocks, hence no
-  preemption. A request is therefore admitted at most once, `waiting` is
-  always in arrival order and `running` is in admission order. Not encoded:
-  the priority queue, KV-limited admission and preemption, async scheduling.
+* FCFS queue, chunked prefill on, `long_prefill_token_threshold` = 0,
+  unlimited KV blocks, hence no preemption. A request is therefore admitted
+  at most once, `waiting` is always in arrival order and `running` is in
+  admission order. Not encoded: the priority queue, KV-limited admission and
+  preemption.
+* Async scheduling (`Bounds.async_scheduling`, vLLM's `AsyncScheduler`):
+  the output of step t is applied after step t+1 is scheduled. Per request
+  `pend` = a sampled token whose output is in flight (vLLM's
+  `num_output_placeholders`, 0 or 1 when a step starts); a running request
+  sure to reach `max_tokens` (`pend` and computed + 1 >= prompt + max_tokens)
+  is skipped, not scheduled; a request finishes when that output lands.
+* DP prefill throttling (`Bounds.prefill_interval` = k > 1, vLLM's
+  `--prefill-schedule-interval`): the DP engine core throttles a step when
+  its wave counter (steps since the engine was last idle) is not a multiple
+  of k (`spec.config.throttled`). On a throttled step, unless
+  `prefill_capacity_bound` (state `pcb`: the last unthrottled scan left a
+  request waiting that it had not skipped) or nothing decodes, prefill
+  chunks of running requests are deferred and the waiting scan stops at the
+  first request needing more than one token (vLLM 0.32 scheduler.py,
+  `defer_prefills`). `D[i]` is vLLM's `deferred_waiting`.
 * Request slot i is the i-th request to arrive (its `seq`); slot i may
   arrive only once slots 0..i-1 have. Adapter, prompt length and max_tokens
   of every slot are symbolic within `Bounds`; so are arrival and abort
@@ -55,6 +70,10 @@ class Bounds:
     # Arrivals only at steps <= last_arrival (None: any step). bounded_wait
     # uses it so that every request's wait is observed within the horizon.
     last_arrival: int | None = None
+    async_scheduling: bool = False
+    prefill_interval: int = 1  # vLLM's prefill_schedule_interval; 1 = no DP throttling
+    # A planted bug (`proofs.mutants`); None: the real step relation.
+    mutant: str | None = None
 
     def describe(self) -> str:
         def rng(v: tuple[int, int]) -> str:
@@ -63,7 +82,9 @@ class Bounds:
         return (f"R={self.requests} A={self.adapters} P<={self.max_prompt} L<={self.max_output} "
                 f"max_loras={rng(self.max_loras)} max_num_seqs={rng(self.max_num_seqs)} "
                 f"T={rng(self.max_num_batched_tokens)} S={rng(self.starvation_steps)}"
-                + (" skip" if self.skip else ""))
+                + (" skip" if self.skip else "") + (" async" if self.async_scheduling else "")
+                + (f" throttle/{self.prefill_interval}" if self.prefill_interval > 1 else "")
+                + (f" mutant={self.mutant}" if self.mutant else ""))
 
 
 @dataclass
@@ -127,9 +148,19 @@ class StateVars:
     Z: list[z3.BoolRef]  # Z[i]: slot i is r* (`FairGuard.star`); at most one
     V: list[z3.BoolRef]  # V[a-1]: adapter a is a victim (`FairGuard.victims`)
     AS: list[z3.ArithRef]  # AS[a-1]: `active_since[a]`, 0 = absent (steps start at 1)
+    # async scheduling and DP throttling (constant when off):
+    pend: list[z3.BoolRef]  # a sampled token's output is in flight (num_output_placeholders = 1)
+    D: list[z3.BoolRef]  # vLLM's `deferred_waiting`
+    pcb: z3.BoolRef  # vLLM's `prefill_capacity_bound`
+    wave: z3.ArithRef  # steps since the engine was idle (DP `step_counter`)
+    pa: z3.BoolRef  # async: a step's output is pending (`Scheduler._pending`)
 
     def arrived(self, i: int) -> z3.BoolRef:
         return z3.Or(self.W[i], self.R[i], self.F[i], self.X[i])
+
+    def has_work(self) -> z3.BoolRef:
+        """`policy.core.Scheduler.has_work`."""
+        return z3.Or(*self.W, *self.R, self.pa)
 
 
 def make_state(b: Bounds, tag: str) -> StateVars:
@@ -148,6 +179,11 @@ def make_state(b: Bounds, tag: str) -> StateVars:
         [z3.Bool(f"Z_{i}@{tag}") for i in R],
         [z3.Bool(f"V_{a}@{tag}") for a in range(1, b.adapters + 1)],
         [z3.Int(f"AS_{a}@{tag}") for a in range(1, b.adapters + 1)],
+        [z3.Bool(f"pend_{i}@{tag}") for i in R],
+        [z3.Bool(f"D_{i}@{tag}") for i in R],
+        z3.Bool(f"pcb@{tag}"),
+        z3.Int(f"wave@{tag}"),
+        z3.Bool(f"pa@{tag}"),
     )
 
 
@@ -160,6 +196,7 @@ def init(b: Bounds, s: StateVars) -> list[z3.BoolRef]:
                z3.Not(s.Z[i])]
     for a in range(b.adapters):
         cs += [z3.Not(s.V[a]), s.AS[a] == 0]
+    cs += [z3.Not(x) for x in s.pend + s.D] + [z3.Not(s.pcb), s.wave == 0, z3.Not(s.pa)]
     return cs
 
 
@@ -196,6 +233,11 @@ class Mid:
     Z: list[z3.BoolRef]
     V: list[z3.BoolRef]
     AS: list[z3.ArithRef]
+    pend: list[z3.BoolRef]
+    D: list[z3.BoolRef]
+    pcb: z3.BoolRef
+    wave: z3.ArithRef  # the wave counter this step is scheduled with
+    throttle: z3.BoolRef  # the DP engine core throttles this step
 
 
 @dataclass
@@ -206,9 +248,8 @@ class StepAux:
     n: list[z3.ArithRef]  # tokens scheduled per request
     admitted: list[z3.BoolRef]
     running_after: list[z3.BoolRef]
-    nohol_violation: z3.BoolRef
-    r_star: list[z3.BoolRef]
     finished: list[z3.BoolRef]
+    policy: str
 
 
 def _atleast(bs: list[z3.BoolRef], k: int) -> z3.BoolRef:
@@ -230,9 +271,9 @@ def count_le_M(p: Params, bs: list[z3.BoolRef]) -> z3.BoolRef:
     return z3.Or([z3.And(eq, _atmost(bs, m)) for m, eq in p.m_eq.items()])
 
 
-def count_ge_M(p: Params, bs: list[z3.BoolRef]) -> z3.BoolRef:
-    """At least `max_loras` of `bs` hold: the adapter slots are full."""
-    return z3.Or([z3.And(eq, _atleast(bs, m)) for m, eq in p.m_eq.items()])
+def count_ge_M(p: Params, bs: list[z3.BoolRef], shift: int = 0) -> z3.BoolRef:
+    """At least `max_loras` (+ `shift`, for mutants) of `bs` hold: the adapter slots are full."""
+    return z3.Or([z3.And(eq, _atleast(bs, m + shift)) for m, eq in p.m_eq.items()])
 
 
 def _in(p: Params, i: int, L: list[z3.BoolRef]) -> z3.BoolRef:
@@ -265,8 +306,86 @@ def events(b: Bounds, s: StateVars, inp: Inputs) -> tuple[Mid, list[z3.BoolRef]]
     R = [z3.And(s.R[i], z3.Not(inp.abort[i])) for i in range(n)]
     X = [z3.Or(s.X[i], inp.abort[i]) for i in range(n)]
     arrival = [z3.If(inp.arrive[i], t, s.arrival[i]) for i in range(n)]
+    D = [z3.And(s.D[i], z3.Not(inp.abort[i])) for i in range(n)]
+    # policy.driver.run: the wave counter restarts when the engine was idle.
+    wave = z3.If(s.has_work(), s.wave, 0)
+    throttle = throttled(b, wave)
     return Mid(t, W, R, list(s.F), X, list(s.computed), list(s.generated),
-               list(s.admitted_at), list(s.ever), arrival, list(s.Z), list(s.V), list(s.AS)), cs
+               list(s.admitted_at), list(s.ever), arrival, list(s.Z), list(s.V), list(s.AS),
+               list(s.pend), D, s.pcb, wave, throttle), cs
+
+
+def throttled(b: Bounds, wave: z3.ArithRef) -> z3.BoolRef:
+    """`spec.config.throttled`: k > 1 and the wave counter is not a multiple of k."""
+    k = b.prefill_interval
+    return z3.BoolVal(False) if k <= 1 else (wave % k) != 0
+
+
+def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0: z3.ArithRef,
+               mutant: str | None = None) -> FairStart:
+    """`policy.fair.FairGuard` (rule v3) when a waiting scan starts, on the
+    state `m` after arrivals, the adapters `C0` of every running request,
+    and the budget `B0` and seats `seats0` the running phase left.
+
+    begin_scan: r* is kept while it is waiting (sticky); otherwise it is the
+    oldest waiting request (any adapter, base included) that waited
+    `step - arrival >= S` (without preemption, waiting_since is the arrival
+    and slot order is arrival order, so "oldest" is the first such slot).
+    The victims are reset when r* changes.
+    visit_star: the scan reaches r* when budget and seats remain; if the LoRA
+    cap over `C0` blocks r* and no current victim is in `C0`, the adapter of
+    `C0` with the smallest `(active_since, id)` becomes a victim.
+
+    Shared, like `FairGuard`, by the encoded scan and by the declared holds
+    of `no_hol_blocking` (as `FairHolds` replays `FairGuard` on a trace).
+    `mutant` plants a bug in the scan's copy only (`proofs.mutants`).
+    """
+    b = p.b
+    rng, A, t = range(b.requests), b.adapters, m.step
+    sticky = z3.Or([z3.And(m.Z[i], m.W[i]) for i in rng])
+    cand = [z3.And(m.W[i], t - m.arrival[i] >= p.S) for i in rng]
+    if mutant == "star_lora_only":  # fair's first design: a base-model request is never r*
+        cand = [z3.And(c, p.adapter[i] > 0) for i, c in enumerate(cand)]
+    if mutant == "star_youngest":
+        first = [z3.And(cand[i], *[z3.Not(cand[j]) for j in range(i + 1, b.requests)]) for i in rng]
+    else:
+        first = [z3.And(cand[i], *[z3.Not(cand[j]) for j in range(i)]) for i in rng]
+    r_star = [z3.If(sticky, m.Z[i], first[i]) for i in rng]
+    has_star = z3.Or(r_star)
+    V1 = [z3.And(m.V[a], sticky) for a in range(A)]
+    reach = z3.And(has_star, B0 > 0, seats0 < p.N)
+    star_in_C0 = z3.Or([z3.And(r_star[i], _in(p, i, C0)) for i in rng])
+    full0 = count_ge_M(p, C0)
+    star_pos = z3.Or([z3.And(r_star[i], p.adapter[i] > 0) for i in rng])
+    blocked = z3.And(star_pos, z3.Not(star_in_C0), full0)
+    add = z3.And(reach, blocked, z3.Not(z3.Or([z3.And(V1[a], C0[a]) for a in range(A)])))
+    if mutant == "guard_off":
+        add = z3.BoolVal(False)
+    oldest = [z3.And(C0[a], *[z3.Implies(C0[c], z3.Or(m.AS[a] < m.AS[c], z3.And(m.AS[a] == m.AS[c], a < c)))
+                              for c in range(A) if c != a]) for a in range(A)]
+    V2 = [z3.Or(V1[a], z3.And(add, oldest[a])) for a in range(A)]
+    return FairStart(r_star, has_star, V2, reach, blocked)
+
+
+@dataclass
+class FairStart:
+    """fair's guard once r* is chosen and visited (see `fair_guard`)."""
+
+    r_star: list[z3.BoolRef]
+    has_star: z3.BoolRef
+    victims: list[z3.BoolRef]  # after visit_star
+    reach: z3.BoolRef  # the scan reaches r* (budget and a seat left)
+    cap_blocked: z3.BoolRef  # the LoRA cap blocks r*
+
+
+MUTANTS = ("cap_early", "cap_late", "seats_unchecked", "budget_plus_one", "fifo_reversed",
+           "drop_running", "guard_off", "star_youngest", "star_lora_only", "throttle_ignored", "async_no_skip")
+
+
+def decoding(p: Params, m: Mid, i: int) -> z3.BoolRef:
+    """Not vLLM's `is_prefill_chunk` for a running request: its last schedule
+    completed the prompt and sampled (without preemption: it has sampled)."""
+    return z3.Or(m.generated[i] >= 1, m.pend[i])
 
 
 def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
@@ -274,14 +393,21 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
     """One `schedule()` plus its model output, from the post-event state `m`.
 
     Returns the next state (fresh variables), the step's aux quantities and
-    the constraints defining them.
+    the constraints defining them. `p.b.mutant` plants one bug of
+    `proofs.mutants` (None: the real step).
     """
     b = p.b
+    mut = b.mutant
     n_req, A = b.requests, b.adapters
     rng = range(n_req)
     cs: list[z3.BoolRef] = []
     t = m.step
-    need = [p.prompt[i] + m.generated[i] - m.computed[i] for i in rng]
+    ph = [z3.If(m.pend[i], 1, 0) for i in rng]  # num_output_placeholders
+    need = [p.prompt[i] + m.generated[i] + ph[i] - m.computed[i] for i in rng]
+    # DP throttle: defer prefills unless capacity-bound or nothing decodes.
+    defer = z3.And(m.throttle, z3.Not(m.pcb), z3.Or([z3.And(m.R[i], decoding(p, m, i)) for i in rng]))
+    if mut == "throttle_ignored":
+        defer = z3.BoolVal(False)
 
     # --- running phase: running order is admission order (step, then slot).
     nr = [z3.Int(f"nrun_{i}@{tag}") for i in rng]
@@ -293,113 +419,133 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
             prec = (m.admitted_at[j] < m.admitted_at[i]) if j > i else (m.admitted_at[j] <= m.admitted_at[i])
             ahead.append(z3.If(z3.And(m.R[j], prec), nr[j], 0))
         rem = p.T - z3.Sum(ahead) if ahead else p.T
-        go = z3.And(m.R[i], z3.Not(skip[i]))
+        sure = z3.And(m.pend[i], m.computed[i] + 1 >= p.prompt[i] + p.max_tokens[i])  # async: sure to finish
+        if mut == "async_no_skip":
+            sure = z3.BoolVal(False)
+        go = z3.And(m.R[i], z3.Not(skip[i]), z3.Not(sure), z3.Not(z3.And(defer, z3.Not(decoding(p, m, i)))))
         cs.append(nr[i] == z3.If(z3.And(go, rem > 0), _min(need[i], rem), 0))
     sched_run = [nr[i] > 0 for i in rng]
     B0 = p.T - z3.Sum(nr)
     L0 = [z3.Or([z3.And(sched_run[i], p.is_a[i][a]) for i in rng]) for a in range(A)]
+    C0 = [z3.Or([z3.And(m.R[i], p.is_a[i][a]) for i in rng]) for a in range(A)]
     seats0 = _count(m.R)
+    shift = {"cap_early": -1, "cap_late": 1}.get(mut or "", 0)
 
     def cap(i: int, L: list[z3.BoolRef]) -> z3.BoolRef:
-        return z3.And(p.adapter[i] > 0, z3.Not(_in(p, i, L)), count_ge_M(p, L))
+        return z3.And(p.adapter[i] > 0, z3.Not(_in(p, i, L)), count_ge_M(p, L, shift))
 
-    # --- fair (`policy.fair.FairGuard`): r* is sticky, visited first; a
-    # victim adapter is held while r* is cap-blocked.
+    def seat_free(seats: z3.ArithRef) -> z3.BoolRef:
+        return z3.BoolVal(True) if mut == "seats_unchecked" else seats < p.N
+
+    def take(i: int, budget: z3.ArithRef) -> z3.ArithRef:
+        return _min(need[i], budget + 1) if mut == "budget_plus_one" else _min(need[i], budget)
+
+    def throttle_stop(i: int) -> z3.BoolRef:  # a waiting request needing more than 1 token
+        return z3.And(defer, need[i] > 1)
+
+    # --- fair (`policy.fair.FairGuard`, v3): the cap counts every running
+    # request's adapter; r* is sticky, visited first; a victim adapter is
+    # held while r* is cap-blocked.
     r_star = [z3.BoolVal(False) for _ in rng]
     held_on: z3.BoolRef = z3.BoolVal(False)
     V2 = [z3.BoolVal(False) for _ in range(A)]
-    B, seats, L = B0, seats0, L0
+    B, seats = B0, seats0
+    L = C0 if policy == "fair" else L0
     adm0 = [z3.BoolVal(False) for _ in rng]
     ok0: z3.BoolRef = z3.BoolVal(False)
+    skipped = [z3.BoolVal(False) for _ in rng]
+    stop: z3.BoolRef = z3.BoolVal(False)
     if policy == "fair":
-        # begin_scan: keep r* while it is waiting, else the first waiting
-        # request of an adapter not in scheduled_loras that waited >= S.
-        sticky = z3.Or([z3.And(m.Z[i], m.W[i]) for i in rng])
-        cand = [z3.And(m.W[i], p.adapter[i] > 0, z3.Not(_in(p, i, L0)), t - m.arrival[i] >= p.S) for i in rng]
-        first = [z3.And(cand[i], *[z3.Not(cand[j]) for j in range(i)]) for i in rng]
-        r_star = [z3.If(sticky, m.Z[i], first[i]) for i in rng]
-        has_star = z3.Or(r_star)
-        # victims reset when r* changes (a new r* is never the old one: the
-        # old one is no longer waiting); kept when there is none before/after.
-        reset = z3.And(z3.Not(sticky), z3.Or(z3.Or(m.Z), z3.Or(first)))
-        V1 = [z3.And(m.V[a], z3.Not(reset)) for a in range(A)]
-        # The scan reaches r* first: seats and budget decide whether it is visited.
-        reach = z3.And(has_star, B0 > 0, seats0 < p.N)
-        star_in_L0 = z3.Or([z3.And(r_star[i], _in(p, i, L0)) for i in rng])
-        full0 = count_ge_M(p, L0)
-        # visit_star: cap-blocked and no current victim in the batch -> add the
-        # adapter of L0 with the smallest (active_since, id).
-        add = z3.And(reach, z3.Not(star_in_L0), full0, z3.Not(z3.Or([z3.And(V1[a], L0[a]) for a in range(A)])))
-        oldest = [z3.And(L0[a], *[z3.Implies(L0[c], z3.Or(m.AS[a] < m.AS[c], z3.And(m.AS[a] == m.AS[c], a < c)))
-                                  for c in range(A) if c != a]) for a in range(A)]
-        V2 = [z3.Or(V1[a], z3.And(add, oldest[a])) for a in range(A)]
-        star_pos = z3.Or([z3.And(r_star[i], p.adapter[i] > 0) for i in rng])
-        ok0 = z3.And(reach, z3.Not(z3.And(star_pos, z3.Not(star_in_L0), full0)))
+        g = fair_guard(p, m, C0, B0, seats0, mut)
+        r_star, V2 = g.r_star, g.victims
+        reach = z3.And(g.has_star, B0 > 0, seat_free(seats0))
+        blocked = z3.And(g.has_star, z3.Not(z3.Or([z3.And(r_star[i], z3.Not(cap(i, C0))) for i in rng])))
+        tstop = z3.Or([z3.And(r_star[i], throttle_stop(i)) for i in rng])
+        ok0 = z3.And(reach, z3.Not(blocked), z3.Not(tstop))
+        # capacity (or the throttle) stops r*: the scan stops there.
+        stop = z3.And(g.has_star, z3.Not(ok0), z3.Not(z3.And(reach, blocked)))
+        skipped = [z3.And(r_star[i], reach, blocked) for i in rng]
         adm0 = [z3.And(r_star[i], ok0) for i in rng]
-        n0 = z3.Sum([z3.If(adm0[i], _min(need[i], B0), 0) for i in rng])
+        n0 = z3.Sum([z3.If(adm0[i], take(i, B0), 0) for i in rng])
         B = B0 - n0
         seats = seats0 + z3.If(ok0, 1, 0)
-        L = [z3.Or(L0[a], z3.Or([z3.And(adm0[i], p.is_a[i][a]) for i in rng])) for a in range(A)]
+        L = [z3.Or(C0[a], z3.Or([z3.And(adm0[i], p.is_a[i][a]) for i in rng])) for a in range(A)]
         # holds: r* not admitted (admitted() clears r* and the victims).
-        held_on = z3.And(has_star, z3.Not(ok0))
+        held_on = z3.And(g.has_star, z3.Not(ok0))
+        if mut == "guard_off":
+            held_on = z3.BoolVal(False)
 
     # --- waiting scan in queue (slot) order.
-    adm: list[z3.BoolRef] = []
-    nw: list[z3.ArithRef] = []
-    nohol: list[z3.BoolRef] = []
-    stop: z3.BoolRef = z3.BoolVal(False)
-    for i in rng:
+    adm = list(adm0)
+    nw: list[z3.ArithRef] = [z3.If(adm0[i], take(i, B0), 0) for i in rng]
+    for i in (reversed(rng) if mut == "fifo_reversed" else rng):
         bi = z3.Int(f"budget_{i}@{tag}")
         cs.append(bi == B)
-        visited = z3.And(m.W[i], z3.Not(r_star[i]))
-        open_ = z3.And(bi > 0, seats < p.N)
+        visited = z3.And(m.W[i], z3.Not(r_star[i]), z3.Not(stop), bi > 0, seat_free(seats))
         capb = cap(i, L)
         guard = z3.And(held_on, _in(p, i, V2))
-        a_i = z3.And(visited, open_, z3.Not(stop), z3.Not(capb), z3.Not(guard))
-        nohol.append(z3.And(visited, z3.Not(a_i), open_, z3.Not(capb), z3.Not(guard)))
-        if policy == "blocking":
-            stop = z3.Or(stop, z3.And(visited, open_, capb))
-        n_i = z3.If(a_i, _min(need[i], bi), 0)
-        adm.append(z3.Or(a_i, adm0[i]))
-        nw.append(z3.If(adm0[i], _min(need[i], B0), n_i))
+        gate_skip = z3.Or(guard, capb) if policy != "blocking" else z3.BoolVal(False)
+        gate_stop = capb if policy == "blocking" else z3.BoolVal(False)
+        a_i = z3.And(visited, z3.Not(gate_skip), z3.Not(gate_stop), z3.Not(throttle_stop(i)))
+        skipped[i] = z3.Or(skipped[i], z3.And(visited, gate_skip))
+        stop = z3.Or(stop, z3.And(visited, z3.Not(gate_skip), z3.Or(gate_stop, throttle_stop(i))))
+        n_i = z3.If(a_i, take(i, bi), 0)
+        adm[i] = z3.Or(a_i, adm0[i])
+        nw[i] = z3.If(adm0[i], nw[i], n_i)
         B = bi - n_i
         seats = seats + z3.If(a_i, 1, 0)
         L = [z3.Or(L[a], z3.And(a_i, p.is_a[i][a])) for a in range(A)]
 
-    # --- model output.
+    # --- model output (async: the previous step's output lands now).
     s2 = make_state(b, tag)
     n = [nr[i] + nw[i] for i in rng]
+    idle = z3.Not(z3.Or(*m.W, *m.R))  # the driver does not call schedule()
     fin = []
     for i in rng:
-        sample = z3.And(n[i] > 0, m.computed[i] + n[i] >= p.prompt[i] + m.generated[i])
-        g2 = m.generated[i] + z3.If(sample, 1, 0)
-        f_i = z3.And(sample, g2 >= p.max_tokens[i])
+        sample = z3.And(n[i] > 0, m.computed[i] + n[i] >= p.prompt[i] + m.generated[i] + ph[i])
+        if b.async_scheduling:
+            g2 = m.generated[i] + z3.If(z3.And(m.pend[i], m.R[i]), 1, 0)
+            f_i = z3.And(m.pend[i], m.R[i], g2 >= p.max_tokens[i])
+            cs.append(s2.pend[i] == z3.And(sample, z3.Not(idle)))
+        else:
+            g2 = m.generated[i] + z3.If(sample, 1, 0)
+            f_i = z3.And(sample, g2 >= p.max_tokens[i])
+            cs.append(z3.Not(s2.pend[i]))
         fin.append(f_i)
+        stays = z3.Or(m.R[i], adm[i])
+        if mut == "drop_running":
+            stays = z3.Or(z3.And(m.R[i], n[i] > 0), adm[i])
+        W2 = z3.And(m.W[i], z3.Not(adm[i]))
         cs += [
             s2.computed[i] == m.computed[i] + n[i],
             s2.generated[i] == g2,
-            s2.R[i] == z3.And(z3.Or(m.R[i], adm[i]), z3.Not(f_i)),
-            s2.W[i] == z3.And(m.W[i], z3.Not(adm[i])),
+            s2.R[i] == z3.And(stays, z3.Not(f_i)),
+            s2.W[i] == W2,
             s2.F[i] == z3.Or(m.F[i], f_i),
             s2.X[i] == m.X[i],
             s2.ever[i] == z3.Or(m.ever[i], adm[i]),
             s2.admitted_at[i] == z3.If(adm[i], t, m.admitted_at[i]),
             s2.arrival[i] == m.arrival[i],
+            s2.D[i] == z3.And(z3.Or(m.D[i], skipped[i]), W2),
         ]
     cs.append(s2.step == t)
+    # A scan that could admit prefills records whether requests are left
+    # waiting for capacity rather than skipped (vLLM's prefill_capacity_bound).
+    cs.append(s2.pcb == z3.If(z3.Or(idle, defer), m.pcb, _count(s2.W) > _count(s2.D)))
+    cs.append(s2.wave == z3.If(idle, m.wave, m.wave + 1))
+    cs.append(s2.pa == z3.And(z3.Not(idle), b.async_scheduling))  # an idle step drains
     if policy == "fair":
-        idle = z3.Not(z3.Or(*m.W, *m.R))  # the driver does not call schedule(): memory unchanged
-        batch = [z3.Or([z3.And(n[i] > 0, p.is_a[i][a]) for i in rng]) for a in range(A)]
+        C_end = [z3.Or([z3.And(z3.Or(m.R[i], adm[i]), p.is_a[i][a]) for i in rng]) for a in range(A)]
         for i in rng:
             cs.append(s2.Z[i] == z3.If(idle, m.Z[i], z3.And(r_star[i], z3.Not(ok0))))
         for a in range(A):
             cs.append(s2.V[a] == z3.If(idle, m.V[a], z3.And(V2[a], z3.Not(ok0))))
             cs.append(s2.AS[a] == z3.If(idle, m.AS[a],
-                                        z3.If(batch[a], z3.If(m.AS[a] > 0, m.AS[a], t), 0)))
+                                        z3.If(C_end[a], z3.If(m.AS[a] > 0, m.AS[a], t), 0)))
     else:
         cs += [s2.Z[i] == m.Z[i] for i in rng]
         cs += [s2.V[a] == m.V[a] for a in range(A)] + [s2.AS[a] == m.AS[a] for a in range(A)]
-    aux = StepAux(m, n, adm, [z3.Or(m.R[i], adm[i]) for i in rng], z3.Or(nohol), r_star, fin)
+    aux = StepAux(m, n, adm, [z3.Or(m.R[i], adm[i]) for i in rng], fin, policy)
     return s2, aux, cs
 
 
@@ -456,9 +602,65 @@ def prop_fifo_within_adapter(p: Params, aux: StepAux) -> z3.BoolRef:
 
 
 def prop_no_hol_blocking(p: Params, aux: StepAux) -> z3.BoolRef:
-    """No waiting request is left unadmitted that the LoRA cap and capacity
-    (judged when the scan reaches it) would have let in, modulo fair's guard."""
-    return z3.Not(aux.nohol_violation)
+    """A step leaves no waiting request unadmitted that the LoRA cap and
+    capacity would have let in, modulo the holds vLLM and the policy declare.
+
+    Defined, like `spec.properties.no_hol_blocking`, from the state before
+    the step and what the step did (tokens scheduled, requests admitted),
+    never from the encoded scan: the scan is replayed in queue order (r*
+    first under fair), each request judged against the budget, seats and
+    adapters (vLLM's set: running requests scheduled this step, plus those
+    admitted before it) left when the replay reaches it. The replay ends at
+    the first request for which the budget is spent or the seats are full,
+    or, on a throttled step, that needs more than one token (declared
+    stops). Under fair, the guard's victims and fair's cap over every
+    running adapter are declared holds (`policy.fair.FairHolds`). In this
+    encoding chunking is on, KV is unlimited and nothing is preempted, so no
+    other declared stop applies.
+    """
+    b, m = p.b, aux.mid
+    rng, A = range(b.requests), b.adapters
+    running_sched = [z3.And(m.R[i], aux.n[i] > 0) for i in rng]
+    budget: z3.ArithRef = p.T - z3.Sum([z3.If(m.R[i], aux.n[i], 0) for i in rng])
+    seats: z3.ArithRef = _count(m.R)
+    loras = [z3.Or([z3.And(running_sched[i], p.is_a[i][a]) for i in rng]) for a in range(A)]
+    active = [z3.Or([z3.And(m.R[i], p.is_a[i][a]) for i in rng]) for a in range(A)]  # fair's cap set
+    first = [z3.BoolVal(False) for _ in rng]
+    guard_held = [z3.BoolVal(False) for _ in rng]
+    fair = aux.policy == "fair"
+    if fair:
+        g = fair_guard(p, m, active, budget, seats)
+        first = g.r_star
+        star_admitted = z3.Or([z3.And(first[i], aux.admitted[i]) for i in rng])
+        on = z3.And(g.has_star, z3.Not(star_admitted))
+        guard_held = [z3.And(on, z3.Not(first[i]), _in(p, i, g.victims)) for i in rng]
+    bad: list[z3.BoolRef] = []
+    stopped: z3.BoolRef = z3.BoolVal(False)
+
+    def blocks(i: int, L: list[z3.BoolRef]) -> z3.BoolRef:
+        return z3.And(p.adapter[i] > 0, z3.Not(_in(p, i, L)), count_ge_M(p, L))
+
+    def visit(i: int, here: z3.BoolRef) -> None:
+        nonlocal budget, seats, loras, active, stopped
+        alive = z3.And(z3.Not(stopped), budget > 0, seats < p.N)
+        passed = z3.And(here, alive, m.W[i], z3.Not(aux.admitted[i]), z3.Not(blocks(i, loras)),
+                        z3.Not(guard_held[i]), z3.Not(blocks(i, active)) if fair else z3.BoolVal(True))
+        throttle_stop = z3.And(m.throttle, p.prompt[i] + m.generated[i] - m.computed[i] > 1)
+        bad.append(z3.And(passed, z3.Not(throttle_stop)))
+        stopped = z3.Or(stopped, z3.And(passed, throttle_stop))
+        adm = z3.And(here, aux.admitted[i])
+        budget = budget - z3.If(adm, aux.n[i], 0)
+        seats = seats + z3.If(adm, 1, 0)
+        loras = [z3.Or(loras[a], z3.And(adm, p.is_a[i][a])) for a in range(A)]
+        active = [z3.Or(active[a], z3.And(adm, p.is_a[i][a])) for a in range(A)]
+
+    if fair:
+        # r* first: at most one slot; visit it through a symbolic choice.
+        for i in rng:
+            visit(i, first[i])
+    for i in rng:
+        visit(i, z3.Not(first[i]))
+    return z3.Not(z3.Or(bad))
 
 
 def waiting_too_long(p: Params, aux: StepAux, s2: StateVars, bound: int) -> z3.BoolRef:
@@ -501,8 +703,12 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
     fresh_waiting: a waiting request was never admitted and has no tokens
       (no preemption in this encoding).
     running_counters: a running request was admitted at a past step, is in
-      prefill (computed < prompt, nothing generated) or decoding
-      (computed = prompt + generated - 1, generated < max_tokens).
+      prefill (computed < prompt, nothing generated or in flight) or decoding
+      (computed = prompt + generated + in flight - 1, generated < max_tokens,
+      generated + in flight <= max_tokens).
+    async_state: an output in flight belongs to a running request (none
+      without async scheduling); a deferred request is waiting; the wave
+      counter is >= 0.
     seats: running requests <= max_num_seqs.
     running_loras (only without the skip): distinct running adapters <= max_loras.
     fifo_state: a request of adapter a was admitted only if no earlier request
@@ -525,12 +731,16 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
                                      for i in rng for j in range(i)])
     inv["fresh_waiting"] = z3.And([z3.Implies(s.W[i], z3.And(z3.Not(s.ever[i]), s.computed[i] == 0,
                                                              s.generated[i] == 0)) for i in rng])
+    ph = [z3.If(s.pend[i], 1, 0) for i in rng]
     inv["running_counters"] = z3.And([z3.Implies(s.R[i], z3.And(
         s.ever[i], s.admitted_at[i] <= s.step, s.admitted_at[i] >= 1,
-        s.generated[i] < p.max_tokens[i],
-        z3.Or(z3.And(s.computed[i] >= 1, s.computed[i] < p.prompt[i], s.generated[i] == 0),
-              z3.And(s.generated[i] >= 1, s.computed[i] == p.prompt[i] + s.generated[i] - 1))))
+        s.generated[i] < p.max_tokens[i], s.generated[i] + ph[i] <= p.max_tokens[i],
+        z3.Or(z3.And(s.computed[i] >= 1, s.computed[i] < p.prompt[i], s.generated[i] == 0, z3.Not(s.pend[i])),
+              z3.And(s.generated[i] + ph[i] >= 1, s.computed[i] == p.prompt[i] + s.generated[i] + ph[i] - 1))))
         for i in rng])
+    inv["async_state"] = z3.And([z3.Implies(s.pend[i], z3.And(s.R[i], b.async_scheduling)) for i in rng]
+                                + [z3.Implies(s.D[i], s.W[i]) for i in rng] + [s.wave >= 0]
+                                + ([] if b.async_scheduling else [z3.Not(s.pa)]))
     inv["seats"] = _count(s.R) <= p.N
     if running_cap:
         U = [z3.Or([z3.And(s.R[i], p.is_a[i][a]) for i in rng]) for a in range(b.adapters)]

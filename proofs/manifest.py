@@ -1,14 +1,19 @@
-"""proofs/manifest.json: expected verdicts per small configuration.
+"""proofs/manifest.json: expected verdicts and fingerprints per small configuration.
 
 Like tlaplus/Examples' manifest.json: each entry names a policy, a property,
-the method (kind = k-induction, bmc, wait = bounded_wait with worst case),
-the bounds and the expected verdict. `lora-sched prove --manifest` re-runs
-them and exits 1 on any drift (`drift`); so does
-`tests/test_proofs_manifest.py`.
+the method (kind = k-induction, bmc, wait = bounded_wait with worst case,
+lasso), the bounds, the expected verdict and its *fingerprint*: the depth of
+the shortest counterexample (cex), the k of the induction (proved), the
+worst wait (wait). `drift` compares a result with its entry; it is the one
+rule `lora-sched prove --manifest` and `tests/test_proofs_manifest.py` apply.
+Fingerprints come from a tool, never from a hand edit:
+
+    python -m lora_sched.proofs.manifest --record   # re-run every entry, rewrite its fingerprint
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from typing import Any
@@ -32,15 +37,31 @@ def load(path: str = MANIFEST) -> list[Check]:
     with open(path) as f:
         raw = json.load(f)
     return [Check(e["policy"], e["property"], e["method"], _bounds(e["bounds"]), e["depth"], e["expect"],
-                  e.get("bound"), e.get("worst"), {"name": e["name"]}) for e in raw["checks"]]
+                  e.get("bound"), e.get("worst"), {"name": e["name"], "fingerprint": e.get("fingerprint", {})})
+            for e in raw["checks"]]
+
+
+def fingerprint(r: engine.Result) -> dict[str, int]:
+    """What pins a verdict beyond its word: the shortest counterexample depth,
+    the k of an induction, the worst wait."""
+    fp: dict[str, int] = {}
+    if r.verdict == "cex":
+        fp["depth"] = r.depth
+    elif r.verdict == "proved" and r.worst is None:
+        fp["k"] = r.depth
+    if r.worst is not None:
+        fp["worst"] = r.worst
+    return fp
 
 
 def drift(check: Check, r: engine.Result) -> str | None:
     """Why the result `r` of `check` departs from the manifest, or None.
 
     A verdict other than the expected one is drift; so is a counterexample
-    that does not replay in `policy/`, or a worst wait other than the recorded
-    one (or whose witness does not replay)."""
+    that does not replay in `policy/`, a worst wait other than the recorded
+    one (or whose witness does not replay), and a fingerprint other than the
+    recorded one (a shortest counterexample found at another depth, a proof
+    needing another k)."""
     if r.verdict != check.expect:
         return f"verdict {r.verdict}, manifest expects {check.expect} ({r.detail or r.reason})".replace(" ()", "")
     if r.verdict == "cex" and (r.cex is None or not r.replay_ok):
@@ -50,4 +71,62 @@ def drift(check: Check, r: engine.Result) -> str | None:
             return f"worst wait {r.worst}, manifest expects {check.worst}"
         if not r.replay_ok:
             return f"the worst-wait witness does not replay in policy/: {r.detail}"
+    want = check.extra.get("fingerprint") or {}
+    got = fingerprint(r)
+    for key, value in want.items():
+        if got.get(key) != value:
+            return f"fingerprint {key} = {got.get(key)}, manifest records {value}"
     return None
+
+
+def check_manifest(path: str = MANIFEST, *, progress: engine.Progress | None = print,
+                   timeout_ms: int = 120_000) -> list[tuple[Check, engine.Result, str | None]]:
+    """Re-run every entry; (check, result, drift or None) per entry."""
+    from lora_sched.proofs.checks import run_check
+
+    out = []
+    for c in load(path):
+        r = run_check(c, timeout_ms=timeout_ms)
+        d = drift(c, r)
+        if progress:
+            progress(f"{c.extra['name']}: {c.label} ... {r.verdict} {fingerprint(r)} ({r.seconds:.1f}s)"
+                     + (f"; DRIFT: {d}" if d else ""))
+        out.append((c, r, d))
+    return out
+
+
+def record(path: str = MANIFEST) -> None:
+    """Re-run every entry and write its fingerprint (and worst wait) into the file."""
+    with open(path) as f:
+        raw = json.load(f)
+    by_name = {c.extra["name"]: c for c in load(path)}
+    from lora_sched.proofs.checks import run_check
+
+    for e in raw["checks"]:
+        c = by_name[e["name"]]
+        r = run_check(c)
+        if r.verdict != c.expect:
+            raise SystemExit(f"{e['name']}: verdict {r.verdict}, manifest expects {c.expect}: not recorded")
+        e["fingerprint"] = fingerprint(r)
+        if r.worst is not None:
+            e["worst"] = r.worst
+        print(f"{e['name']}: {r.verdict} {e['fingerprint']} ({r.seconds:.1f}s)")
+    with open(path, "w") as f:
+        json.dump(raw, f, indent=1)
+        f.write("\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--record", action="store_true", help="rewrite the fingerprints from a fresh run")
+    ap.add_argument("path", nargs="?", default=MANIFEST)
+    a = ap.parse_args()
+    if a.record:
+        record(a.path)
+    else:
+        bad = [d for _, _, d in check_manifest(a.path) if d]
+        raise SystemExit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

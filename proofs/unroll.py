@@ -56,5 +56,10 @@ class Path:
         return enc.step_property(name, self.params, sv.aux, sv.post)
 
     def invariants(self, k: int) -> dict[str, z3.BoolRef]:
-        return enc.invariants(self.params, self.states[k], running_cap=not self.bounds.skip,
+        b = self.bounds
+        # fair's cap counts every running adapter, so running_loras holds for it
+        # everywhere; vllm's and blocking's only when every running request is
+        # scheduled (no skip, no async sure-to-finish skip, no DP throttle).
+        unscheduled = b.skip or b.async_scheduling or b.prefill_interval > 1
+        return enc.invariants(self.params, self.states[k], running_cap=self.policy == "fair" or not unscheduled,
                               fair=self.policy == "fair")

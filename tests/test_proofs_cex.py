@@ -44,3 +44,13 @@ def test_skip_breaks_batch_cap_under_vllm() -> None:
     the reference hits vLLM's own `assert len(scheduled_loras) <= max_loras`."""
     r = engine.bmc(enc.Bounds(requests=3, skip=True), "vllm", "batch_lora_cap", 4)
     assert r.verdict == "cex" and r.depth == 3 and r.replay_ok, r.detail
+
+
+def test_tight_wait_agrees_with_worst_wait() -> None:
+    """The upward search (no completeness query, proved lemmas assumed) finds
+    the same tight worst wait as the manifest's iterative tightening, and its
+    witness waits that long in `policy/`."""
+    from lora_sched.proofs.mutants import WAIT, WAIT_WORST
+
+    r = engine.tight_wait(WAIT, "fair", 1)
+    assert r.verdict == "proved" and r.worst == WAIT_WORST and r.replay_ok, r.detail

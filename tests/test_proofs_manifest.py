@@ -87,3 +87,16 @@ def test_prove_exits_0_when_proved():
     assert code == 0, out
     (r,) = out["results"]
     assert (r["verdict"], r["method"]) == ("proved", "kind") and out["ok"] is True
+
+
+def test_drift_reports_a_changed_fingerprint() -> None:
+    """A verdict that stays the same but is found at another depth is drift."""
+    from lora_sched.proofs import engine
+
+    entry = next(c for c in CHECKS if c.extra["name"] == "vllm-throttle-batch")
+    assert entry.extra["fingerprint"] == {"depth": 3}
+    r = run_check(entry)
+    assert drift(entry, r) is None
+    deeper = engine.Result(r.policy, r.property, r.verdict, r.depth + 1, r.seconds, r.cex, r.detail,
+                           replay_ok=r.replay_ok)
+    assert drift(entry, deeper) == "fingerprint depth = 4, manifest records 3"

@@ -146,7 +146,7 @@ def read_itf(path: str | os.PathLike[str], obj: dict[str, Any] | None = None) ->
                 n += 1
                 lines[n] = where
                 w.step(StepRecord(step, waiting, running, {r: int(t) for r, t in sched.items()},
-                                  admitted, [], finished))
+                                  admitted, [], finished, st.get("throttle") is True))
         for rid in aborts:
             if rid not in by_id:
                 raise ItfError(spath, "#meta.aborts", f"abort of unknown request {rid!r}")

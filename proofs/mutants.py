@@ -1,0 +1,165 @@
+"""Non-vacuity: planted bugs in the encoding, each with the check that must catch it.
+
+A property that no bug can break proves nothing. Each `Mutant` plants one bug
+in `proofs.encoding.schedule` (through `Bounds.mutant`) and names the
+(property, policy) that must find it by BMC within `depth` steps. A mutant
+is *killed* when BMC finds a violation; it *survives* when BMC says the
+property holds up to `depth`. The unmutated encoding must hold on the same
+check (the baseline), otherwise the kill would say nothing about the bug.
+
+Mutants of the environment model (the async skip, the DP throttle) make the
+encoding *safer*, so they are caught the other way round (`expect="cex"`):
+the real encoding has a known shortest counterexample at depth `depth`
+(the baseline) and the mutant must lose it.
+
+    lora-sched prove --mutants
+
+prints one timed line per mutant, mypyvy style, and exits 1 if any mutant
+survives or a baseline fails. `tests/test_proofs_mutants.py` runs the
+catalogue in CI.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import z3
+from lora_sched.proofs import encoding as enc
+from lora_sched.proofs.unroll import Path
+
+# Small bounds: every mutant dies within a few steps on them.
+SMALL = enc.Bounds(requests=3, adapters=2, max_prompt=2, max_output=2, max_loras=(1, 2), max_num_seqs=(1, 3),
+                   max_num_batched_tokens=(1, 4), starvation_steps=(0, 1))
+SKIP = replace(SMALL, skip=True)  # running requests may go unscheduled
+# fair's wait with one LoRA slot and seats and budget to spare: with the
+# guard no request waits more than `WAIT_WORST` steps (fair's tight worst
+# case here: a bound of 2 is broken); without it an adapter-1 stream keeps
+# an adapter-2 request out longer.
+WAIT = enc.Bounds(requests=4, adapters=2, max_prompt=1, max_output=2, max_loras=(1, 1), max_num_seqs=(4, 4),
+                  max_num_batched_tokens=(8, 8), starvation_steps=(0, 0), last_arrival=3)
+WAIT_WORST = 3
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    bug: str  # what is planted, in English
+    policy: str
+    property: str  # the step property, or bounded_wait (with `bound`)
+    bounds: enc.Bounds
+    depth: int
+    bound: int | None = None
+    expect: str = "holds"  # what the real encoding does on this check: holds | cex
+
+
+CATALOGUE: tuple[Mutant, ...] = (
+    Mutant("cap_early", "the LoRA cap blocks one slot early (count >= max_loras - 1)",
+           "vllm", "no_hol_blocking", SMALL, 3),
+    Mutant("cap_late", "the LoRA cap blocks one slot late (count >= max_loras + 1)",
+           "vllm", "batch_lora_cap", SMALL, 3),
+    Mutant("seats_unchecked", "the waiting scan does not check max_num_seqs",
+           "vllm", "capacity", SMALL, 3),
+    Mutant("budget_plus_one", "an admitted prefill takes one token more than the budget left",
+           "vllm", "capacity", SMALL, 3),
+    Mutant("fifo_reversed", "the waiting scan visits the queue from its tail",
+           "vllm", "fifo_within_adapter", SMALL, 3),
+    Mutant("drop_running", "a running request left unscheduled in a step drops out of running",
+           "vllm", "conservation", SKIP, 3),
+    Mutant("cap_late_fair", "fair: the LoRA cap blocks one slot late",
+           "fair", "running_lora_cap", SMALL, 3),
+    Mutant("guard_off", "fair's guard never fires (no victim, no hold)",
+           "fair", "bounded_wait", WAIT, 10, WAIT_WORST),
+    Mutant("star_youngest", "fair's r* is the youngest starving request instead of the oldest",
+           "fair", "no_hol_blocking", replace(SMALL, max_loras=(1, 1)), 4),
+    Mutant("throttle_ignored", "the DP throttle defers nothing",
+           "vllm", "batch_lora_cap", replace(SMALL, max_loras=(1, 1), prefill_interval=2), 3, expect="cex"),
+    Mutant("async_no_skip", "async scheduling schedules a running request sure to finish",
+           "vllm", "running_lora_cap", replace(SMALL, async_scheduling=True), 2, expect="cex"),
+)
+# cap_late_fair plants the same bug as cap_late under the other policy.
+_BUG = {"cap_late_fair": "cap_late"}
+
+
+@dataclass
+class Outcome:
+    mutant: Mutant
+    killed: bool
+    depth: int  # depth of the violation (killed) or depth searched (survived)
+    seconds: float
+    baseline_ok: bool  # the unmutated encoding holds on the same check
+    detail: str = ""
+
+    def line(self) -> str:
+        m = self.mutant
+        secs = time.strftime("%H:%M:%S", time.gmtime(self.seconds))[1:] + f"{self.seconds % 1:.1f}"[1:]
+        prop = m.property + (f" (B={m.bound})" if m.bound is not None else "")
+        if not self.baseline_ok:
+            want = "violated" if m.expect == "holds" else "not violated"
+            word = f"BASELINE FAILS: {prop} ({m.policy}) is {want} without the bug: {self.detail}"
+        elif self.killed and m.expect == "cex":
+            word = f"killed by {prop} ({m.policy}): its counterexample at depth {m.depth} is lost."
+        elif self.killed:
+            word = f"killed by {prop} ({m.policy}) at depth {self.depth}."
+        elif m.expect == "cex":
+            word = f"SURVIVED: {prop} ({m.policy}) still violated at depth {self.depth}!"
+        else:
+            word = f"SURVIVED {prop} ({m.policy}) up to depth {self.depth}!"
+        return f"mutant {m.name} ... {word} ({secs})"
+
+
+def _first_violation(b: enc.Bounds, policy: str, prop: str, depth: int, bound: int | None,
+                     timeout_ms: int) -> tuple[str, int]:
+    """Incremental BMC without replay (a mutant's trace is not the reference's)."""
+    path = Path(b, policy)
+    s = z3.Solver()
+    s.set("timeout", timeout_ms)
+    s.add(*path.base(), *path.init())
+    for k in range(1, depth + 1):
+        s.add(path.extend())
+        s.push()
+        s.add(z3.Not(path.prop(prop, k, bound)))
+        r = s.check()
+        s.pop()
+        if r == z3.sat:
+            return "cex", k
+        if r == z3.unknown:
+            return f"unknown ({s.reason_unknown()})", k
+        s.add(path.prop(prop, k, bound))  # earlier depths hold: assume them
+    return "holds", depth
+
+
+def run_mutant(m: Mutant, *, timeout_ms: int = 60_000, baselines: dict | None = None) -> Outcome:
+    t0 = time.monotonic()
+    key = (m.policy, m.property, m.bounds, m.depth, m.bound)
+    cache = baselines if baselines is not None else {}
+    if key not in cache:
+        cache[key] = _first_violation(m.bounds, m.policy, m.property, m.depth, m.bound, timeout_ms)
+    base, base_k = cache[key]
+    bugged = replace(m.bounds, mutant=_BUG.get(m.name, m.name))
+    verdict, k = _first_violation(bugged, m.policy, m.property, m.depth, m.bound, timeout_ms)
+    if m.expect == "cex":  # the real encoding's shortest counterexample must be lost
+        return Outcome(m, verdict == "holds", k, time.monotonic() - t0, (base, base_k) == ("cex", m.depth),
+                       f"{base} at depth {base_k}")
+    return Outcome(m, verdict == "cex", k, time.monotonic() - t0, base == "holds",
+                   f"{base} at depth {base_k}" if base != "holds" else verdict)
+
+
+def run_all(select: list[str] | None = None, *, progress: Callable[[str], None] | None = print,
+            timeout_ms: int = 60_000) -> list[Outcome]:
+    """Run the catalogue (or the named mutants), one line each."""
+    out = []
+    baselines: dict = {}
+    for m in CATALOGUE:
+        if select and m.name not in select:
+            continue
+        o = run_mutant(m, timeout_ms=timeout_ms, baselines=baselines)
+        if progress:
+            progress(o.line())
+        out.append(o)
+    return out
+
+
+def all_killed(outcomes: list[Outcome]) -> bool:
+    return all(o.killed and o.baseline_ok for o in outcomes)

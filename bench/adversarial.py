@@ -33,10 +33,9 @@ from pathlib import Path
 from lora_sched.bench.families import FAMILY_DIR, known_family, save, to_json
 from lora_sched.bench.simulate import progress
 from lora_sched.policy.driver import RunResult, Workload, run
-from lora_sched.policy.fair import workload_bound
+from lora_sched.policy.fair import observed_bound
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
-from lora_sched.spec.state import peak_present
 
 SEARCH_POLICIES = ("fair", "fair_cohort", "fair_drain", "fair_lrw", "drainer", "timeslice", "vtc")
 BOUND_POLICIES = ("fair", "fair_cohort", "fair_drain", "fair_lrw")
@@ -76,7 +75,7 @@ def evaluate(inst: Instance, policy: str) -> Evaluation:
     wl = list(inst.requests)
     base = run(inst.config, Workload(wl), policy="vllm")
     res = run(inst.config, Workload(wl), policy=policy)
-    b = workload_bound(inst.config, wl, queue=peak_present(res.records))
+    b = observed_bound(inst.config, wl, res.records)
     return Evaluation(duration(base, wl) / duration(res, wl), max(res.waits().values()),
                       max(base.waits().values()), b, duration(res, wl), duration(base, wl))
 

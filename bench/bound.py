@@ -16,11 +16,10 @@ import random
 from dataclasses import dataclass, replace
 
 from lora_sched.policy.driver import DriverStuck, Workload, run
-from lora_sched.policy.fair import workload_bound
+from lora_sched.policy.fair import observed_bound
 from lora_sched.policy.workloads import FAMILIES
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
-from lora_sched.spec.state import peak_present
 
 VARIANTS = {
     "sync": {},
@@ -51,7 +50,7 @@ def score(cfg: Config, reqs: list[Request]) -> tuple[float, int, int]:
     if not waits:
         return 0.0, 0, 0
     worst = max(waits.values())
-    bound = workload_bound(result.config, reqs, queue=peak_present(result.records))
+    bound = observed_bound(result.config, reqs, result.records)
     return worst / bound, worst, bound
 
 

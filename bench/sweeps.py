@@ -16,11 +16,10 @@ from dataclasses import replace
 from lora_sched.bench.costmodel import DEFAULT, CostModel
 from lora_sched.bench.simulate import progress, seed_config, seed_requests, simulate_policy
 from lora_sched.policy.driver import RunResult, Workload, run
-from lora_sched.policy.fair import workload_bound
+from lora_sched.policy.fair import observed_bound, workload_bound
 from lora_sched.policy.workloads import starvation_stream
 from lora_sched.spec.config import POLICIES, Config
 from lora_sched.spec.request import Request
-from lora_sched.spec.state import peak_present
 
 STREAM_LENGTHS = (10, 20, 40, 80, 160, 320)
 STARVATION_STEPS = (0, 8, 16, 24, 32, 48, 64, 96, 128, 256)
@@ -28,9 +27,9 @@ TARGET_RATIO = 0.97
 
 
 def bound_for(cfg: Config, reqs: list[Request], result: RunResult | None = None) -> int:
-    """B for this workload: its largest prompt and output, and Q = the peak
-    number of requests present in `result` (all of them when no run is given)."""
-    return workload_bound(cfg, reqs, queue=peak_present(result.records) if result is not None else None)
+    """B for this workload: its largest prompt and output, and Q and Qw the
+    peaks of `result` (all the requests when no run is given)."""
+    return observed_bound(cfg, reqs, result.records) if result is not None else workload_bound(cfg, reqs)
 
 
 def guard_steps(result: RunResult) -> int:

@@ -48,8 +48,8 @@ Bound. Let P be the largest prompt, L the largest `max_tokens`,
 W = P + L - 1 (the tokens one request computes in one stay in `running`),
 N = min(`max_num_seqs`, Q), T = `max_num_batched_tokens`, c the long-prefill
 threshold (chunks = ceil(W / c), 1 when off), k = `prefill_schedule_interval`
-(1 without DP throttling) and Q the most requests present (waiting or
-running) when a step starts. Then
+(1 without DP throttling), Q the most requests present (waiting or
+running) and Qw <= Q the most requests waiting when a step starts. Then
 
     D = floor(N * W / T) + k * chunks + (L - 1) + (2 if async scheduling else 0)
 
@@ -67,11 +67,13 @@ slots are full until then); after that a capacity stop at r* admits nobody,
 so within D + 1 steps `running` is empty (no decode left: the throttle is off)
 and r* gets in. Every r* chosen once a request r has waited S steps is older
 than r (r is a candidate and the oldest candidate wins; a sticky r* chosen
-before was older still), so it was present when r arrived, and each is r* at
-most once (a preempted request rejoins `waiting` younger). Hence every
-request is first admitted within
+before was older still), so it was already waiting when the step r arrived
+at started (it has waited continuously since it last joined `waiting`, no
+later than r did), and each is r* at most once (a preempted request rejoins
+`waiting` younger). Hence, r included, at most Qw guards end before r is in,
+and every request is first admitted within
 
-    B = S + Q * (3D + 3)
+    B = S + Qw * (3D + 3)
 
 steps of arriving, under these assumptions: every request has the same
 priority (FCFS, or the priority queue with one priority: with mixed
@@ -95,6 +97,7 @@ from lora_sched.spec.cap import cap_blocks
 from lora_sched.spec.config import Config
 from lora_sched.spec.properties import StepView
 from lora_sched.spec.request import Request
+from lora_sched.spec.state import StepRecord, peak_present, peak_waiting
 
 
 @dataclass(frozen=True)
@@ -176,20 +179,28 @@ def drain_steps(config: Config, *, max_prompt: int, max_output: int, queue: int 
         + config.prefill_schedule_interval * chunks + (max_output - 1) + (2 if config.async_scheduling else 0)
 
 
-def fair_bound(config: Config, *, queue: int, max_prompt: int, max_output: int) -> int:
-    """B of the module docstring for a configuration and workload bounds."""
+def fair_bound(config: Config, *, queue: int, max_prompt: int, max_output: int, waiting: int | None = None) -> int:
+    """B of the module docstring for a configuration and workload bounds
+    (`waiting` is Qw; without it, Q stands in for it, as Qw <= Q)."""
     d = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
-    return config.starvation_steps + queue * (3 * d + 3)
+    return config.starvation_steps + (queue if waiting is None else waiting) * (3 * d + 3)
 
 
-def workload_bound(config: Config, requests: Iterable[Request], *, queue: int | None = None) -> int:
-    """B for a workload; Q defaults to its number of requests (a safe upper
-    bound on how many are ever present at once; pass the observed peak for a
-    tighter B)."""
+def workload_bound(config: Config, requests: Iterable[Request], *, queue: int | None = None,
+                   waiting: int | None = None) -> int:
+    """B for a workload; Q (and Qw) default to its number of requests (a safe
+    upper bound on how many are ever present at once; pass the observed peaks
+    for a tighter B, or use `observed_bound`)."""
     reqs = list(requests)
-    return fair_bound(config, queue=len(reqs) if queue is None else queue,
+    return fair_bound(config, queue=len(reqs) if queue is None else queue, waiting=waiting,
                       max_prompt=max(r.prompt_tokens for r in reqs),
                       max_output=max(r.max_tokens for r in reqs))
+
+
+def observed_bound(config: Config, requests: Iterable[Request], records: Iterable[StepRecord]) -> int:
+    """B for a run: Q and Qw the peaks its step records show."""
+    recs = list(records)
+    return workload_bound(config, requests, queue=peak_present(recs), waiting=peak_waiting(recs))
 
 
 def bound_applies(config: Config, priorities: Iterable[int], *, skipped_running: bool = False) -> str | None:

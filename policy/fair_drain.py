@@ -29,7 +29,7 @@ the later ones of that adapter wait too), so FIFO within an adapter holds.
 SGLang's drainer (`policy.drainer`) admits within 1.2x of the remaining
 tokens and does not count the prompt.
 
-The bound. Neither change is proved to keep B = S + Q (3D + 3): a cohort
+The bound. Neither change is proved to keep B = S + Qw (3D + 3): a cohort
 member can be admitted after r arrived without being present when r
 arrived, which the argument of `policy.fair` does not count (at most Q
 cohorts of at most Q members each, so a B quadratic in Q holds). The state

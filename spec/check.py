@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from lora_sched.spec.config import POLICIES
 from lora_sched.spec.observe import Observer
 from lora_sched.spec.properties import ALL_PROPERTIES, Violation
-from lora_sched.spec.state import peak_present
+from lora_sched.spec.state import peak_present, peak_waiting
 from lora_sched.spec.trace import Abort, Arrive, Step, Trace, TraceError, read_trace
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ class CheckReport:
 
 def bound_for(trace: Trace) -> tuple[int | None, str]:
     """B of `policy.fair` for this trace's config and requests, or why none applies."""
-    from lora_sched.policy.fair import bound_applies, workload_bound
+    from lora_sched.policy.fair import bound_applies, observed_bound
 
     cfg = trace.config
     reqs = list(trace.requests().values())
@@ -55,9 +55,10 @@ def bound_for(trace: Trace) -> tuple[int | None, str]:
     why = bound_applies(cfg, (r.priority for r in reqs))
     if why is not None:
         return None, f"B does not apply: {why}"
-    q = peak_present(trace.steps())
-    b = workload_bound(cfg, reqs, queue=q)
-    return b, f"B = {b}: fair's bound for this config, Q = {q} requests present at the peak"
+    steps = trace.steps()
+    b = observed_bound(cfg, reqs, steps)
+    return b, (f"B = {b}: fair's bound for this config, Q = {peak_present(steps)} requests present and "
+               f"Qw = {peak_waiting(steps)} waiting at the peak")
 
 
 def observe_trace(trace: Trace, obs: Observer) -> Iterator[list[Violation]]:

@@ -20,6 +20,11 @@ def peak_present(records: Iterable[StepRecord]) -> int:
     return max((len(r.waiting) + len(r.running) for r in records), default=0)
 
 
+def peak_waiting(records: Iterable[StepRecord]) -> int:
+    """Qw of `policy.fair.fair_bound`: the most requests waiting when a step starts."""
+    return max((len(r.waiting) for r in records), default=0)
+
+
 def blocks_for(tokens: int, block_size: int) -> int:
     """KV blocks needed to hold `tokens` tokens (vLLM's `cdiv`)."""
     return -(-tokens // block_size)

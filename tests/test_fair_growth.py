@@ -17,11 +17,10 @@ import pytest
 from hypothesis import example, given, settings, target
 from hypothesis import strategies as st
 from lora_sched.policy.driver import RunResult, Workload, run
-from lora_sched.policy.fair import workload_bound
+from lora_sched.policy.fair import observed_bound
 from lora_sched.policy.workloads import FAMILIES, behind_lora_stream
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
-from lora_sched.spec.state import peak_present
 from planted import LoraOnlyStarGate
 
 LENGTHS = (40, 80, 160)
@@ -38,7 +37,7 @@ def _worst(result: RunResult) -> int:
 
 
 def _bound(result: RunResult, wl: Workload) -> int:
-    return workload_bound(result.config, wl.requests, queue=peak_present(result.records))
+    return observed_bound(result.config, wl.requests, result.records)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

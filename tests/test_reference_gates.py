@@ -26,12 +26,11 @@ import pytest
 from hypothesis import find, given
 from hypothesis import strategies as st
 from lora_sched.policy.driver import Workload, run
-from lora_sched.policy.fair import workload_bound
+from lora_sched.policy.fair import observed_bound, workload_bound
 from lora_sched.policy.workloads import FAMILIES
 from lora_sched.spec.check import check_trace
 from lora_sched.spec.config import REFERENCE_POLICIES, Config
 from lora_sched.spec.request import Request
-from lora_sched.spec.state import peak_present
 from lora_sched.spec.trace import read_trace
 from strategies import scenarios
 from test_fair_growth import LENGTHS, VARIANTS
@@ -183,7 +182,7 @@ def test_fair_prototypes_worst_wait_does_not_grow(policy, family, variant, s):
         cfg, wl = FAMILIES[family](n, **VARIANTS[variant])
         result = run(replace(cfg, policy=policy, starvation_steps=s), wl)
         worst.append(max(result.waits().values()))
-        bounds.append(workload_bound(result.config, wl.requests, queue=peak_present(result.records)))
+        bounds.append(observed_bound(result.config, wl.requests, result.records))
     assert worst[-1] <= worst[0], f"{policy} {family}/{variant}/S={s}: worst wait grows {worst}"
     assert all(w <= b for w, b in zip(worst, bounds, strict=True)), (worst, bounds)
 

@@ -67,6 +67,7 @@ class PolicyMachine(RuleBasedStateMachine):
         self.n = 0
         self.wave = 0  # steps since the scheduler was last idle (DP step_counter)
         self.peak = 0  # Q: most requests present when a step starts
+        self.peak_waiting = 0  # W: most requests waiting when a step starts
         self.skipped = False
         self.reqs: dict[str, Request] = {}
         # Events for the observer, fed in the order they take effect: under
@@ -129,6 +130,7 @@ class PolicyMachine(RuleBasedStateMachine):
             self.skipped = True
         st_ = self.sched.state
         self.peak = max(self.peak, len(st_.waiting) + len(st_.running))
+        self.peak_waiting = max(self.peak_waiting, len(st_.waiting))
         throttle = throttled(self.cfg, self.wave)
         self.wave += 1
         rec = self.sched.step(self.t, skip, throttle=throttle)
@@ -187,7 +189,8 @@ class PolicyMachine(RuleBasedStateMachine):
         assert set(st_.reqs) == st_.finished | st_.aborted, "a request neither finished nor aborted"
         reqs = list(self.reqs.values())
         if self.policy in FAIR_CAP and reqs and bound_applies(self.cfg, (r.priority for r in reqs)) is None:
-            bound = fair_bound(self.cfg, queue=self.peak, max_prompt=max(r.prompt_tokens for r in reqs),
+            bound = fair_bound(self.cfg, queue=self.peak, waiting=self.peak_waiting,
+                               max_prompt=max(r.prompt_tokens for r in reqs),
                                max_output=max(r.max_tokens for r in reqs))
             found = self.obs.close(bound)
             assert not found, f"fair's bound B = {bound} broken: {[str(v) for v in found]}"

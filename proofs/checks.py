@@ -12,9 +12,11 @@ from lora_sched.spec.config import Config
 
 
 def fair_B(b: enc.Bounds, queue: int | None = None) -> int:
-    """fair's bound B = S + (Q+1)(2D+2) (`policy.fair.fair_bound`) for the
-    largest config values of `b`; Q defaults to R (at most R requests are
-    ever present at once)."""
+    """fair's bound B = S + Qw (3D + 3) (`policy.fair.fair_bound`) for the
+    largest config values of `b`, with Q and Qw both R by default (at most R
+    requests are ever present at once). A larger budget only shrinks D, so
+    this B is at most the B of any smaller budget in the range: checking
+    against it is the stricter test."""
     cfg = Config(max_loras=b.max_loras[1], max_num_seqs=b.max_num_seqs[1],
                  max_num_batched_tokens=b.max_num_batched_tokens[1], starvation_steps=b.starvation_steps[1],
                  policy="fair")

@@ -59,7 +59,7 @@ def page(layout: Layout) -> str:
             if seg["kind"] == "decode":
                 seg["tokens"] = []  # one token a step: the page knows
     payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
-    script = resources.files("view").joinpath("timeline.js").read_text(encoding="utf-8")
+    script = resources.files(__package__).joinpath("timeline.js").read_text(encoding="utf-8")
     legend = " ".join(_swatch(kind_color(1, k), KIND_LABELS[k], "#1f77b4" if k == "idle" else "transparent")
                       for k in KINDS)
     adapters = " ".join(_swatch(data["adapter_colors"][str(a)], "base model" if a == 0 else f"adapter {a}")

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lora_sched.policy.gate import Decision, ScanContext, vllm_cap_blocks
+from lora_sched.policy.gate import Decision, GateBase, ScanContext, vllm_cap_blocks
 
 DRAIN_SCHEDULE_TOLERANCE = 1.2  # lora_drainer.py L25
 
@@ -56,7 +56,7 @@ class AdapterStats:
 
 
 @dataclass
-class DrainerGate:
+class DrainerGate(GateBase):
     name = "drainer"
     stats: dict[int, AdapterStats] = field(default_factory=dict)
 
@@ -118,9 +118,3 @@ class DrainerGate:
         if vllm_cap_blocks(ctx, ctx.state.adapter(rid)):
             return Decision.SKIP, "lora_cap"
         return Decision.ADMIT, None
-
-    def admitted(self, ctx: ScanContext, rid: str) -> None:
-        pass
-
-    def step_done(self, ctx: ScanContext, batch_loras: set[int]) -> None:
-        pass

@@ -64,3 +64,19 @@ class Gate(Protocol):
     def step_done(self, ctx: ScanContext, batch_loras: set[int]) -> None:
         """Told at the end of every `schedule()`, scan or not, with the batch's adapters."""
         ...
+
+
+class GateBase:
+    """Defaults for a gate: queue order, nothing to remember. A gate overrides
+    what its rule needs; `decide` it must write."""
+
+    name: str
+
+    def scan_order(self, ctx: ScanContext, queue: list[str]) -> list[str]:
+        return queue
+
+    def admitted(self, ctx: ScanContext, rid: str) -> None:
+        pass
+
+    def step_done(self, ctx: ScanContext, batch_loras: set[int]) -> None:
+        pass

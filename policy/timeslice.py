@@ -38,11 +38,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lora_sched.policy.gate import Decision, ScanContext, vllm_cap_blocks
+from lora_sched.policy.gate import Decision, GateBase, ScanContext, vllm_cap_blocks
 
 
 @dataclass
-class TimesliceGate:
+class TimesliceGate(GateBase):
     name = "timeslice"
     pending: list[int] = field(default_factory=list)
     active: list[int] = field(default_factory=list)
@@ -114,9 +114,3 @@ class TimesliceGate:
         if vllm_cap_blocks(ctx, a):
             return Decision.SKIP, "lora_cap"
         return Decision.ADMIT, None
-
-    def admitted(self, ctx: ScanContext, rid: str) -> None:
-        pass
-
-    def step_done(self, ctx: ScanContext, batch_loras: set[int]) -> None:
-        pass

@@ -9,22 +9,13 @@ the active adapters keep receiving requests (vLLM #16876, SGLang #15129).
 
 from __future__ import annotations
 
-from lora_sched.policy.gate import Decision, ScanContext, vllm_cap_blocks
+from lora_sched.policy.gate import Decision, GateBase, ScanContext, vllm_cap_blocks
 
 
-class VllmGate:
+class VllmGate(GateBase):
     name = "vllm"
-
-    def scan_order(self, ctx: ScanContext, queue: list[str]) -> list[str]:
-        return queue
 
     def decide(self, ctx: ScanContext, rid: str) -> tuple[Decision, str | None]:
         if vllm_cap_blocks(ctx, ctx.state.adapter(rid)):
             return Decision.SKIP, "lora_cap"
         return Decision.ADMIT, None
-
-    def admitted(self, ctx: ScanContext, rid: str) -> None:
-        pass
-
-    def step_done(self, ctx: ScanContext, batch_loras: set[int]) -> None:
-        pass

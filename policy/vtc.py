@@ -36,14 +36,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lora_sched.policy.gate import Decision, ScanContext, vllm_cap_blocks
+from lora_sched.policy.gate import Decision, GateBase, ScanContext, vllm_cap_blocks
 
 INPUT_PRICE = 1  # vtc_req_queue.py L17
 OUTPUT_PRICE = 2
 
 
 @dataclass
-class VtcGate:
+class VtcGate(GateBase):
     name = "vtc"
     served: dict[int, float] = field(default_factory=dict)  # client (adapter) -> virtual counter
     backlogged: set[int] = field(default_factory=set)  # clients with waiting requests after the last step

@@ -9,7 +9,7 @@ server leaves a readable partial trace.
 
 Why hooks at these four methods: they are the scheduler's whole interface
 with the engine core, both in-process (`conformance.inprocess`) and in the
-server's engine process (`--scheduler-cls conformance.recorder.RecordingScheduler`).
+server's engine process (`--scheduler-cls lora_sched.conformance.recorder.RecordingScheduler`).
 
 Step numbers count `schedule()` calls. An arrival or abort is stamped with the
 number of the next `schedule()`. A step's line is written when its output is

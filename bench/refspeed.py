@@ -43,7 +43,7 @@ def reference_speed(cfg: Config, reqs: list[Request], repeat: int = 3) -> Speed:
 
 def vllm_speed(cfg: Config, reqs: list[Request], repeat: int = 3) -> Speed:
     """Best of `repeat` runs of vLLM's `Scheduler` (schedule + update_from_output)."""
-    from lora_sched.conformance.inprocess import _model_output, _vllm_request, make_scheduler
+    from lora_sched.conformance.inprocess import _vllm_request, make_scheduler, run_sync
     from vllm.v1.core.sched.scheduler import Scheduler
 
     template = make_scheduler(cfg, "vllm")
@@ -58,12 +58,7 @@ def vllm_speed(cfg: Config, reqs: list[Request], repeat: int = 3) -> Speed:
         # Request rate inf: every request arrives before the first step.
         for vr in vreqs:
             sched.add_request(vr)
-        steps = 0
-        while sched.has_requests():
-            out = sched.schedule()
-            sampled = {rid for rid in out.num_scheduled_tokens if not sched.requests[rid].is_prefill_chunk}
-            sched.update_from_output(out, _model_output(out, sampled))
-            steps += 1
+        steps = run_sync(sched)
         dt = time.perf_counter() - t
         best = min(best or dt, dt)
     return Speed(steps, best or 0.0)

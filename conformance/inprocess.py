@@ -139,6 +139,20 @@ def _model_output(sched_out, sampled: set[str]):
     )
 
 
+def run_sync(sched, max_steps: int | None = None) -> int:
+    """Drive a scheduler synchronously (schedule, then its output) until it
+    holds no request; returns the number of steps."""
+    steps = 0
+    while sched.has_requests():
+        out = sched.schedule()
+        sampled = {rid for rid in out.num_scheduled_tokens if not sched.requests[rid].is_prefill_chunk}
+        sched.update_from_output(out, _model_output(out, sampled))
+        steps += 1
+        if max_steps is not None and steps > max_steps:
+            raise Stuck(f"no completion after {max_steps} steps")
+    return steps
+
+
 class Stuck(RuntimeError):
     """vLLM made no progress (a request that can never fit, for example)."""
 

@@ -240,11 +240,15 @@ class FairGate:
         if rid == guard.star:
             guard.visit_star(active)
         adapter = ctx.state.adapter(rid)
-        if guard.holds(rid, adapter):
+        if guard.holds(rid, adapter) and self.keep_held(ctx, rid, adapter):
             return Decision.SKIP, "fair_guard"
         if cap_blocks(active, adapter, ctx.state.config.max_loras):
             return Decision.SKIP, "lora_cap"
         return Decision.ADMIT, None
+
+    def keep_held(self, ctx: ScanContext, rid: str, adapter: int) -> bool:
+        """The guard holds `rid`; may a variant let it in anyway? (fair: never.)"""
+        return True
 
     def admitted(self, ctx: ScanContext, rid: str) -> None:
         self._guard(ctx).admitted(rid)

@@ -70,19 +70,11 @@ class FairCohortGate(FairGate):
         self._refused = set()
         return super().scan_order(ctx, queue)
 
-    def decide(self, ctx: ScanContext, rid: str) -> tuple[Decision, str | None]:
-        guard = self._guard(ctx)
-        active = running_loras(ctx)
-        if rid == guard.star:
-            guard.visit_star(active)
-        adapter = ctx.state.adapter(rid)
-        if guard.holds(rid, adapter):
-            if not self.drain_admit or adapter in self._refused or not self._fits_drain(ctx, rid):
-                self._refused.add(adapter)  # later requests of `adapter` wait too: FIFO within it
-                return Decision.SKIP, "fair_guard"
-        if cap_blocks(active, adapter, ctx.state.config.max_loras):
-            return Decision.SKIP, "lora_cap"
-        return Decision.ADMIT, None
+    def keep_held(self, ctx: ScanContext, rid: str, adapter: int) -> bool:
+        if not self.drain_admit or adapter in self._refused or not self._fits_drain(ctx, rid):
+            self._refused.add(adapter)  # later requests of `adapter` wait too: FIFO within it
+            return True
+        return False
 
     @staticmethod
     def _fits_drain(ctx: ScanContext, rid: str) -> bool:

@@ -96,7 +96,7 @@ def test_bad_settings_are_named(deploy, extra, needle):
 def test_fair_forgets_every_request_it_served():
     """A long-running server must not keep per-request state: once every
     request has finished (or been aborted), fair holds no entry for any."""
-    from lora_sched.conformance.inprocess import _model_output, _vllm_request, make_scheduler
+    from lora_sched.conformance.inprocess import _vllm_request, make_scheduler, run_sync
     from lora_sched.policy.scenarios import SCENARIOS
     from lora_sched.spec.config import Config
     from vllm.v1.request import RequestStatus
@@ -108,11 +108,5 @@ def test_fair_forgets_every_request_it_served():
     for i, r in enumerate(reqs[:30]):
         sched.add_request(_vllm_request(r, i))
     sched.finish_requests(reqs[0].id, RequestStatus.FINISHED_ABORTED)
-    steps = 0
-    while sched.has_requests():
-        out = sched.schedule()
-        sampled = {rid for rid in out.num_scheduled_tokens if not sched.requests[rid].is_prefill_chunk}
-        sched.update_from_output(out, _model_output(out, sampled))
-        steps += 1
-        assert steps < 5000
+    run_sync(sched, max_steps=5000)
     assert sched._since == {} and sched._seq == {}

@@ -13,7 +13,7 @@ CEX = {'aborts': {'r1': 2},
  'policy': 'vllm',
  'property': 'running_lora_cap',
  'requests': [{'adapter': 2, 'arrival': 1, 'id': 'r0', 'max_tokens': 1, 'prompt_tokens': 1},
-              {'adapter': 2, 'arrival': 2, 'id': 'r1', 'max_tokens': 1, 'prompt_tokens': 1},
+              {'adapter': 0, 'arrival': 2, 'id': 'r1', 'max_tokens': 1, 'prompt_tokens': 2},
               {'adapter': 1, 'arrival': 2, 'id': 'r2', 'max_tokens': 1, 'prompt_tokens': 2}],
  'skips': {}}
 

@@ -27,7 +27,8 @@ CEX = {'aborts': {},
 
 def test_vllm_starvation_lasso_replays() -> None:
     cex = Cex.from_json(CEX)
-    out = replay_lasso(cex, periods=40)
+    # enough loop periods for the victim to outwait fair's B (at most the 4 requests present)
+    out = replay_lasso(cex, periods=fair_bound(cex.config_obj(), queue=4, max_prompt=1, max_output=2) + 1)
     assert out.reproduced, out.detail
     assert out.victim_wait > out.bound, out.detail
     # fair admits everyone within its bound on the same workload.

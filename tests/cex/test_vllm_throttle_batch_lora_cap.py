@@ -14,7 +14,7 @@ CEX = {'aborts': {},
  'policy': 'vllm',
  'property': 'batch_lora_cap',
  'requests': [{'adapter': 0, 'arrival': 1, 'id': 'r0', 'max_tokens': 2, 'prompt_tokens': 2},
-              {'adapter': 1, 'arrival': 1, 'id': 'r1', 'max_tokens': 2, 'prompt_tokens': 2},
+              {'adapter': 1, 'arrival': 1, 'id': 'r1', 'max_tokens': 1, 'prompt_tokens': 2},
               {'adapter': 2, 'arrival': 2, 'id': 'r2', 'max_tokens': 2, 'prompt_tokens': 1}],
  'skips': {},
  'throttled': [2]}

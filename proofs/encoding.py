@@ -1030,8 +1030,8 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
       they are nondecreasing (general mode: among never-admitted requests,
       whose waiting_since is their arrival).
     fresh_waiting: a waiting request has no computed tokens and, unless it
-      was admitted before (preempted: general mode), no generated ones; fast
-      path: it was never admitted.
+      was admitted before (preempted: general mode), no generated ones (and
+      fewer than max_tokens); fast path: it was never admitted.
     running_counters: a running request was admitted at a past step, is in
       prefill (computed < prompt + generated, nothing in flight; fast path:
       nothing generated) or decoding (computed = prompt + generated + in
@@ -1071,7 +1071,8 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
                                                           strict=True)])
     if gen:
         inv["fresh_waiting"] = z3.And([z3.Implies(s.W[i], z3.And(
-            s.computed[i] == 0, z3.Implies(z3.Not(s.ever[i]), s.generated[i] == 0))) for i in rng])
+            s.computed[i] == 0, s.generated[i] >= 0, s.generated[i] < p.max_tokens[i],
+            z3.Implies(z3.Not(s.ever[i]), s.generated[i] == 0))) for i in rng])
     else:
         inv["fresh_waiting"] = z3.And([z3.Implies(s.W[i], z3.And(z3.Not(s.ever[i]), s.computed[i] == 0,
                                                                  s.generated[i] == 0)) for i in rng])
@@ -1080,12 +1081,12 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
     def prefill(i: int) -> z3.BoolRef:
         if gen:
             return z3.And(s.pf[i], s.computed[i] >= 1, s.computed[i] < p.prompt[i] + s.generated[i],
-                          z3.Not(s.pend[i]))
+                          s.generated[i] >= 0, z3.Not(s.pend[i]))
         return z3.And(s.computed[i] >= 1, s.computed[i] < p.prompt[i], s.generated[i] == 0, z3.Not(s.pend[i]))
 
     def decode(i: int) -> z3.BoolRef:
         d = z3.And(s.generated[i] + ph[i] >= 1, s.computed[i] == p.prompt[i] + s.generated[i] + ph[i] - 1)
-        return z3.And(z3.Not(s.pf[i]), d) if gen else d
+        return z3.And(z3.Not(s.pf[i]), s.generated[i] >= 0, d) if gen else d
 
     inv["running_counters"] = z3.And([z3.Implies(s.R[i], z3.And(
         s.ever[i], s.admitted_at[i] <= s.step, s.admitted_at[i] >= 1,

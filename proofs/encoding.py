@@ -397,7 +397,8 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
         def older(j: int, i: int) -> z3.BoolRef:
             if mutant == "star_youngest":
                 j, i = i, j
-            key = [(p.prio[x] if b.priority else z3.IntVal(0), m.arrival[x]) for x in (j, i)]
+            by_prio = b.priority and mutant != "star_priority_ignored"
+            key = [(p.prio[x] if by_prio else z3.IntVal(0), m.arrival[x]) for x in (j, i)]
             return z3.Or(key[0][0] < key[1][0], z3.And(key[0][0] == key[1][0], z3.Or(
                 key[0][1] < key[1][1], z3.And(key[0][1] == key[1][1], z3.BoolVal(j < i)))))
         first = [z3.And(cand[i], *[z3.Not(z3.And(cand[j], older(j, i))) for j in rng if j != i]) for i in rng]
@@ -435,7 +436,7 @@ class FairStart:
 
 MUTANTS = ("cap_early", "cap_late", "seats_unchecked", "budget_plus_one", "fifo_reversed",
            "drop_running", "guard_off", "star_youngest", "star_lora_only", "throttle_ignored", "async_no_skip",
-           "kv_unchecked", "victim_head", "preempt_to_tail", "priority_ignored")
+           "kv_unchecked", "victim_head", "preempt_to_tail", "priority_ignored", "star_priority_ignored")
 
 
 def decoding(p: Params, m: Mid, i: int) -> z3.BoolRef:

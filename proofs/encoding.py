@@ -6,11 +6,58 @@ The step relation of `policy.core.Scheduler` with the `blocking`, `vllm` and
 
 Abstraction (what is encoded, and what is not):
 
-* FCFS queue, chunked prefill on, `long_prefill_token_threshold` = 0,
-  unlimited KV blocks, hence no preemption. A request is therefore admitted
-  at most once, `waiting` is always in arrival order and `running` is in
-  admission order. Not encoded: the priority queue, KV-limited admission and
-  preemption.
+* Chunked prefill on, `long_prefill_token_threshold` = 0. Two modes:
+
+  - the *fast path* (the default: FCFS queue, unlimited KV blocks): nothing
+    is preempted, a request is admitted at most once, `waiting` is in slot
+    (= arrival) order and `running` in admission order (step, then slot);
+    the running phase and the scan are encoded as before (sums over the
+    requests ahead; a sequential scan over slots);
+  - the *general mode* (`Bounds.general`: `Bounds.kv_blocks` and/or
+    `Bounds.priority`), which adds what preemption and priorities need:
+
+    * **a finite KV pool** of `kv_blocks` blocks (symbolic within its range)
+      of `block_size` tokens (concrete). A running request holds
+      `blocks_for(computed)` blocks (vLLM allocates for computed + new
+      tokens before they are computed). The running phase is a loop over
+      positions of `running` (a symbolic permutation from the key `rkey`):
+      position q gets n = min(need, budget); if `blocks_for(computed + n)`
+      minus what it holds exceeds the free blocks, victims are preempted in
+      decreasing victim key until it fits (closed form: a victim is one for
+      which the blocks of the larger-keyed victims are not enough); FCFS:
+      the tail of `running`, priority: the largest (priority, arrival, id)
+      anywhere in `running`, whose scheduled tokens return to the budget; if
+      the request itself is the victim the loop stops (`_preempt_request`,
+      scheduler.py ~790-845). A preempted request loses its blocks and
+      computed tokens, keeps its generated ones, gets waiting_since = step
+      and rejoins `waiting` at the front (FCFS: each victim prepended in
+      turn, `wkey` = -(step (R+1) + order of preemption)). A step that
+      preempted does not scan `waiting`. The scan admits a request only if
+      blocks for its whole current sequence (prompt + generated) fit the
+      free blocks (`scheduler_reserve_full_isl`), else it stops there ("kv").
+    * **the priority queue** (`Bounds.priority`): a symbolic priority
+      0..`max_priority` per request; `waiting` in (priority, arrival, id)
+      order (vLLM's `PriorityRequestQueue`; a preempted request is pushed
+      back into the heap); fair's r* is the oldest by (priority,
+      waiting_since, seq) (`FairGuard._age_key`).
+    * explicit orders: the scan judges each request on what the requests
+      ahead of it in the scan order (r* first under fair, then the queue
+      order: `wkey` under FCFS, `priority_before` under priority) admitted
+      ("precedes" relations, fresh variables per request); `running` in
+      `rkey` order (an admission, first or re-admission, appends:
+      step (R+1) + its place among this step's admissions);
+      `is_prefill_chunk` (`pf`) is state, since a re-admitted request
+      recomputes prompt + output in prefill chunks.
+    * async x preemption: the in-flight output of a preempted request
+      still lands (vLLM's stale output: it keeps the sampled token and is
+      finished from `waiting` if that was the last one; its placeholder is
+      gone). vLLM's "stale_output" scan hold is not encoded: that output
+      always lands before the next scan (the step that preempts does not
+      scan), which `tests/test_proofs_differential.py` asserts on every
+      sampled state.
+
+  The state variable `arrival` holds waiting_since (the arrival step until
+  a preemption).
 * Async scheduling (`Bounds.async_scheduling`, vLLM's `AsyncScheduler`):
   the output of step t is applied after step t+1 is scheduled. Per request
   `pend` = a sampled token whose output is in flight (vLLM's

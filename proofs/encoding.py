@@ -437,6 +437,8 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     b = p.b
     rng, A, t = range(b.requests), b.adapters, m.step
     sticky = z3.Or([z3.And(m.Z[i], m.W[i]) for i in rng])
+    if mutant == "star_not_sticky":
+        sticky = z3.BoolVal(False)
     cand = [z3.And(m.W[i], t - m.arrival[i] >= p.S) for i in rng]
     if mutant == "star_lora_only":  # fair's first design: a base-model request is never r*
         cand = [z3.And(c, p.adapter[i] > 0) for i, c in enumerate(cand)]
@@ -483,7 +485,8 @@ class FairStart:
 
 MUTANTS = ("cap_early", "cap_late", "seats_unchecked", "budget_plus_one", "fifo_reversed",
            "drop_running", "guard_off", "star_youngest", "star_lora_only", "throttle_ignored", "async_no_skip",
-           "kv_unchecked", "victim_head", "preempt_to_tail", "priority_ignored", "star_priority_ignored")
+           "kv_unchecked", "victim_head", "preempt_to_tail", "priority_ignored", "star_priority_ignored",
+           "star_not_sticky")
 
 
 def decoding(p: Params, m: Mid, i: int) -> z3.BoolRef:

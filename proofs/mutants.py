@@ -90,6 +90,8 @@ CATALOGUE: tuple[Mutant, ...] = (
            "vllm", "no_hol_blocking", PRIO, 2),
     Mutant("star_priority_ignored", "fair's r* ignores priorities under the priority queue (oldest by waiting time)",
            "fair", "no_hol_blocking", replace(PRIO, max_loras=(1, 1)), 4),
+    Mutant("star_not_sticky", "fair re-chooses r* every step (a more urgent request that starts starving later "
+           "takes over)", "fair", "no_hol_blocking", replace(PRIO, max_loras=(1, 1)), 5),
 )
 # cap_late_fair plants the same bug as cap_late under the other policy.
 _BUG = {"cap_late_fair": "cap_late"}

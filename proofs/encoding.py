@@ -179,7 +179,7 @@ class Params:
                             (self.T, b.max_num_batched_tokens), (self.S, b.starvation_steps)):
             cs += [v >= lo, v <= hi]
         for i in range(b.requests):
-            cs += [self.prio[i] >= 0, self.prio[i] <= b.max_priority] if b.priority else [self.prio[i] == 0]
+            cs += [self.prio[i] >= 0, self.prio[i] <= b.max_priority] if b.priority else []
         if b.kv_blocks is not None:
             cs += [self.K >= b.kv_blocks[0], self.K <= b.kv_blocks[1]]
             # `policy.core.Scheduler.add` rejects a request whose longest
@@ -203,7 +203,9 @@ def make_params(b: Bounds) -> Params:
         [z3.Int(f"max_tokens_{i}") for i in R],
         z3.Int("max_loras"), z3.Int("max_num_seqs"), z3.Int("max_num_batched_tokens"),
         z3.Int("starvation_steps"),
-        [z3.Int(f"priority_{i}") for i in R], z3.Int("kv_blocks"),
+        # constants in the fast path, so that it carries no extra symbols
+        [z3.Int(f"priority_{i}") if b.priority else z3.IntVal(0) for i in R],
+        z3.Int("kv_blocks") if b.kv_blocks is not None else z3.IntVal(0),
     )
     p.is_a = [[p.adapter[i] == a for a in range(1, b.adapters + 1)] for i in R]
     p.m_eq = {m: p.M == m for m in range(b.max_loras[0], b.max_loras[1] + 1)}
@@ -268,9 +270,10 @@ def make_state(b: Bounds, tag: str) -> StateVars:
         z3.Bool(f"pcb@{tag}"),
         z3.Int(f"wave@{tag}"),
         z3.Bool(f"pa@{tag}"),
-        [z3.Int(f"wkey_{i}@{tag}") for i in R],
-        [z3.Int(f"rkey_{i}@{tag}") for i in R],
-        [z3.Bool(f"pf_{i}@{tag}") for i in R],
+        # the general mode's state; constants in the fast path
+        [z3.Int(f"wkey_{i}@{tag}") if b.general else z3.IntVal(0) for i in R],
+        [z3.Int(f"rkey_{i}@{tag}") if b.general else z3.IntVal(0) for i in R],
+        [z3.Bool(f"pf_{i}@{tag}") if b.general else z3.BoolVal(False) for i in R],
     )
 
 
@@ -280,7 +283,9 @@ def init(b: Bounds, s: StateVars) -> list[z3.BoolRef]:
     for i in range(b.requests):
         cs += [z3.Not(s.W[i]), z3.Not(s.R[i]), z3.Not(s.F[i]), z3.Not(s.X[i]), z3.Not(s.ever[i]),
                s.computed[i] == 0, s.generated[i] == 0, s.admitted_at[i] == 0, s.arrival[i] == 0,
-               z3.Not(s.Z[i]), s.wkey[i] == 0, s.rkey[i] == 0, z3.Not(s.pf[i])]
+               z3.Not(s.Z[i])]
+        if b.general:
+            cs += [s.wkey[i] == 0, s.rkey[i] == 0, z3.Not(s.pf[i])]
     for a in range(b.adapters):
         cs += [z3.Not(s.V[a]), s.AS[a] == 0]
     cs += [z3.Not(x) for x in s.pend + s.D] + [z3.Not(s.pcb), s.wave == 0, z3.Not(s.pa)]
@@ -790,11 +795,13 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
         stays = R_sched[i]
         if mut == "drop_running":
             stays = z3.Or(z3.And(m.R[i], n[i] > 0), adm[i])
+        # (fast path: a finishing request is never waiting; as before the general mode)
+        W2 = z3.And(W_sched[i], z3.Not(f_i)) if b.general else z3.And(m.W[i], z3.Not(adm[i]))
         cs += [
             s2.computed[i] == z3.If(pre[i], 0, m.computed[i] + n[i]),
             s2.generated[i] == g2,
             s2.R[i] == z3.And(stays, z3.Not(f_i)),
-            s2.W[i] == z3.And(W_sched[i], z3.Not(f_i)),
+            s2.W[i] == W2,
             s2.F[i] == z3.Or(m.F[i], f_i),
             s2.X[i] == m.X[i],
             s2.ever[i] == z3.Or(m.ever[i], adm[i]),
@@ -809,14 +816,15 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
             cs += [s2.wkey[i] == (z3.If(pre[i], front, m.wkey[i]) if not b.priority else m.wkey[i]),
                    s2.rkey[i] == z3.If(adm[i], t * R1 + scan_idx[i], m.rkey[i]),
                    s2.pf[i] == z3.If(n[i] > 0, z3.Not(sample), m.pf[i])]
-        else:
-            cs += [s2.wkey[i] == m.wkey[i], s2.rkey[i] == m.rkey[i], s2.pf[i] == m.pf[i]]
     cs.append(s2.step == t)
     # A scan that could admit prefills records whether requests are left
     # waiting for capacity rather than skipped (vLLM's prefill_capacity_bound).
-    D2 = [z3.And(z3.Or(m.D[i], skipped[i]), m.W[i], z3.Not(adm[i])) for i in rng]
-    cs.append(s2.pcb == z3.If(z3.Or(idle, defer, any_pre), m.pcb,
-                              _count([z3.And(m.W[i], z3.Not(adm[i])) for i in rng]) > _count(D2)))
+    if b.general:
+        D2 = [z3.And(z3.Or(m.D[i], skipped[i]), m.W[i], z3.Not(adm[i])) for i in rng]
+        left = _count([z3.And(m.W[i], z3.Not(adm[i])) for i in rng]) > _count(D2)
+    else:
+        left = _count(s2.W) > _count(s2.D)
+    cs.append(s2.pcb == z3.If(z3.Or(idle, defer, any_pre), m.pcb, left))
     cs.append(s2.wave == z3.If(idle, m.wave, m.wave + 1))
     cs.append(s2.pa == z3.And(z3.Not(idle), b.async_scheduling))  # an idle step drains
     if policy == "fair":

@@ -64,6 +64,7 @@ class Template:
                p.S == cfg.starvation_steps, m.step == step, m.wave == wave,
                m.throttle == throttled(cfg, wave), m.pcb == st.prefill_capacity_bound,
                p.K == (cfg.kv_blocks or 0)]
+        gen = self.b.general
         eqs += guard_eqs(sched, ids, m.Z, m.V, m.AS)
         for i in range(B.requests):
             rid = ids[i] if i < len(ids) else None
@@ -77,15 +78,18 @@ class Template:
             if rs is None:
                 eqs += [p.adapter[i] == 0, p.prompt[i] == 1, p.max_tokens[i] == 1, m.computed[i] == 0,
                         m.generated[i] == 0, m.admitted_at[i] == 0, m.arrival[i] == 0, z3.Not(m.ever[i]),
-                        p.prio[i] == 0, m.wkey[i] == 0, m.rkey[i] == 0, z3.Not(m.pf[i])]
+                        p.prio[i] == 0]
+                eqs += [m.wkey[i] == 0, m.rkey[i] == 0, z3.Not(m.pf[i])] if gen else []
                 continue
             # queue places: the index in `waiting` / `running` (a preempted
             # request keeps, as rkey, its place among the waiting ones, which
             # is its old running order among those preempted in one step).
             queue = st.running if status == "running" else st.waiting if status == "waiting" else []
             place = queue.index(rid) if rid in queue else 0
-            eqs += [p.prio[i] == rs.req.priority, m.wkey[i] == place, m.rkey[i] == place,
-                    m.pf[i] == (status == "running" and rs.is_prefill_chunk)]
+            eqs += [p.prio[i] == rs.req.priority]
+            if gen:
+                eqs += [m.wkey[i] == place, m.rkey[i] == place,
+                        m.pf[i] == (status == "running" and rs.is_prefill_chunk)]
             eqs += [p.adapter[i] == rs.req.adapter, p.prompt[i] == rs.req.prompt_tokens,
                     p.max_tokens[i] == rs.req.max_tokens, m.computed[i] == rs.computed,
                     m.generated[i] == rs.generated, m.arrival[i] == rs.waiting_since,

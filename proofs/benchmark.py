@@ -97,15 +97,15 @@ GENERAL = enc.Bounds(kv_blocks=(1, 4), priority=True, async_scheduling=True, pre
 
 def kv_priority(a: argparse.Namespace) -> None:
     print(f"kv_priority: fair's caps by k-induction, {GENERAL.describe()}, growing R")
+    slow = False
     for R, A in ((3, 2), (4, 2), (5, 3), (6, 3), (8, 3)):
         b = replace(GENERAL, requests=R, adapters=A)
-        slow = False
         for prop in ("batch_lora_cap", "running_lora_cap"):
+            if slow:
+                break
             r = engine.kinduction(b, "fair", prop, 1, timeout_ms=int(a.budget * 10_000))
             print(f"   R={R} A={A} fair {prop:16s} {r.verdict} k={r.depth} {r.seconds:.1f}s", flush=True)
-            slow = slow or r.seconds > a.budget
-        if slow:
-            break
+            slow = r.seconds > a.budget
     b = replace(GENERAL, requests=4, adapters=2)
     print(f"kv_priority: BMC depth on batch_lora_cap in {a.budget:.0f}s wall, {b.describe()}")
     for pol in ("vllm", "fair"):

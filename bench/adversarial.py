@@ -37,8 +37,8 @@ from lora_sched.policy.fair import observed_bound
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
 
-SEARCH_POLICIES = ("fair", "fair_cohort", "fair_drain", "fair_lrw", "drainer", "timeslice", "vtc")
-BOUND_POLICIES = ("fair", "fair_cohort", "fair_drain", "fair_lrw")
+SEARCH_POLICIES = ("fair", "drainer", "timeslice", "vtc")
+BOUND_POLICIES = ("fair",)
 LIMITS = {"max_loras": (1, 4), "max_num_seqs": (1, 32), "max_num_batched_tokens": (4, 256),
           "n": (2, 48), "adapters": (0, 6), "prompt": (1, 32), "output": (1, 32), "arrival": (1, 40)}
 

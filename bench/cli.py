@@ -226,7 +226,7 @@ def main_optimum(args: argparse.Namespace, out: Path) -> int:
     from lora_sched.spec.config import Config
     from lora_sched.spec.request import Request
 
-    if args.optimum not in ("fair", "fair_cohort", "fair_drain", "fair_lrw", "drainer", "timeslice", "vtc"):
+    if args.optimum not in ("fair", "drainer", "timeslice", "vtc"):
         print(f"error: --optimum: unknown policy {args.optimum!r}")
         return 2
     progress(f"seed {args.seed}: hill climbing a small instance against {args.optimum} ({args.iters} steps)")
@@ -235,7 +235,7 @@ def main_optimum(args: argparse.Namespace, out: Path) -> int:
     reqs = [Request(**q) for q in found["requests"]]
     hi = max(found["wait"], found["vllm"]["wait"]) + 2
     gap = gap_table(cfg, reqs, list(range(0, hi + 1, 2)),
-                    policies=("fair", "fair_cohort", "fair_drain", "fair_lrw", "drainer", "timeslice", "vtc"))
+                    policies=("fair", "drainer", "timeslice", "vtc"))
     print(f"== Best schedule under a wait bound (exhaustive search), worst small instance for {args.optimum} ==")
     print(f"config: max_loras {cfg.max_loras}, max_num_seqs {cfg.max_num_seqs}, "
           f"max_num_batched_tokens {cfg.max_num_batched_tokens}, knob (starvation_steps) {cfg.starvation_steps}")

@@ -94,6 +94,7 @@ of `max_loras`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import z3
@@ -229,7 +230,8 @@ class StateVars:
     # fair's FairGuard memory (constant for the other policies):
     Z: list[z3.BoolRef]  # Z[i]: slot i is r* (`FairGuard.star`); at most one
     V: list[z3.BoolRef]  # V[a-1]: adapter a is a victim (`FairGuard.victims`)
-    AS: list[z3.ArithRef]  # AS[a-1]: `active_since[a]`, 0 = absent (steps start at 1)
+    DL: list[z3.ArithRef]  # DL[a-1]: `FairGuard.deadline[a]`, 0 = absent (steps start at 1)
+    CO: list[z3.ArithRef]  # CO[i]: `FairGuard.cohort[i]` (first step i may be held again), 0 = absent
     # async scheduling and DP throttling (constant when off):
     pend: list[z3.BoolRef]  # a sampled token's output is in flight (num_output_placeholders = 1)
     D: list[z3.BoolRef]  # vLLM's `deferred_waiting`
@@ -264,7 +266,8 @@ def make_state(b: Bounds, tag: str) -> StateVars:
         [z3.Int(f"arrival_{i}@{tag}") for i in R],
         [z3.Bool(f"Z_{i}@{tag}") for i in R],
         [z3.Bool(f"V_{a}@{tag}") for a in range(1, b.adapters + 1)],
-        [z3.Int(f"AS_{a}@{tag}") for a in range(1, b.adapters + 1)],
+        [z3.Int(f"DL_{a}@{tag}") for a in range(1, b.adapters + 1)],
+        [z3.Int(f"CO_{i}@{tag}") for i in R],
         [z3.Bool(f"pend_{i}@{tag}") for i in R],
         [z3.Bool(f"D_{i}@{tag}") for i in R],
         z3.Bool(f"pcb@{tag}"),
@@ -283,11 +286,11 @@ def init(b: Bounds, s: StateVars) -> list[z3.BoolRef]:
     for i in range(b.requests):
         cs += [z3.Not(s.W[i]), z3.Not(s.R[i]), z3.Not(s.F[i]), z3.Not(s.X[i]), z3.Not(s.ever[i]),
                s.computed[i] == 0, s.generated[i] == 0, s.admitted_at[i] == 0, s.arrival[i] == 0,
-               z3.Not(s.Z[i])]
+               z3.Not(s.Z[i]), s.CO[i] == 0]
         if b.general:
             cs += [s.wkey[i] == 0, s.rkey[i] == 0, z3.Not(s.pf[i])]
     for a in range(b.adapters):
-        cs += [z3.Not(s.V[a]), s.AS[a] == 0]
+        cs += [z3.Not(s.V[a]), s.DL[a] == 0]
     cs += [z3.Not(x) for x in s.pend + s.D] + [z3.Not(s.pcb), s.wave == 0, z3.Not(s.pa)]
     return cs
 
@@ -324,7 +327,8 @@ class Mid:
     arrival: list[z3.ArithRef]
     Z: list[z3.BoolRef]
     V: list[z3.BoolRef]
-    AS: list[z3.ArithRef]
+    DL: list[z3.ArithRef]
+    CO: list[z3.ArithRef]
     pend: list[z3.BoolRef]
     D: list[z3.BoolRef]
     pcb: z3.BoolRef
@@ -409,7 +413,7 @@ def events(b: Bounds, s: StateVars, inp: Inputs) -> tuple[Mid, list[z3.BoolRef]]
     # FCFS general mode: an arrival joins the tail of `waiting` (`order_keys`).
     wkey = [z3.If(inp.arrive[i], t * (n + 1) + i, s.wkey[i]) for i in range(n)] if b.general else list(s.wkey)
     return Mid(t, W, R, list(s.F), X, list(s.computed), list(s.generated),
-               list(s.admitted_at), list(s.ever), arrival, list(s.Z), list(s.V), list(s.AS),
+               list(s.admitted_at), list(s.ever), arrival, list(s.Z), list(s.V), list(s.DL), list(s.CO),
                list(s.pend), D, s.pcb, wave, throttle, wkey, list(s.rkey), list(s.pf)), cs
 
 
@@ -420,20 +424,27 @@ def throttled(b: Bounds, wave: z3.ArithRef) -> z3.BoolRef:
 
 
 def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0: z3.ArithRef,
-               mutant: str | None = None) -> FairStart:
-    """`policy.fair.FairGuard` (rule v3) when a waiting scan starts, on the
+               mutant: str | None = None, ahead: Callable[[int, int], z3.BoolRef] | None = None) -> FairStart:
+    """`policy.fair.FairGuard` (rule v4) when a waiting scan starts, on the
     state `m` after arrivals, the adapters `C0` of every running request,
     and the budget `B0` and seats `seats0` the running phase left.
 
-    begin_scan: r* is kept while it is waiting (sticky); otherwise it is the
-    oldest waiting request (any adapter, base included) that waited
+    begin_scan: cohort entries of requests no longer waiting or expired
+    (`CO[i] <= step`) are dropped; r* is kept while it is waiting (sticky,
+    with its victims and deadlines); otherwise it is the oldest waiting
+    request (any adapter, base included) that waited
     `step - waiting_since >= S` (state `arrival` holds waiting_since); oldest
     by `FairGuard._age_key` (in the fast path, without preemption or
     priorities, that is the first such slot).
-    The victims are reset when r* changes.
     visit_star: the scan reaches r* when budget and seats remain; if the LoRA
     cap over `C0` blocks r* and no current victim is in `C0`, the adapter of
-    `C0` with the smallest `(active_since, id)` becomes a victim.
+    `C0` with the smallest (backlog, outputs left of its longest-running
+    request, id) becomes a victim, with deadline `step + outputs left`.
+    holds: a waiting request of a victim other than r*, outside the cohort,
+    is held unless it and every waiting request of its adapter ahead of it
+    (`ahead`: queue order, by default `queue_before`; slot order in the fast
+    path) outside the cohort can end by the deadline
+    (`step + max_tokens - generated <= deadline`).
 
     Shared, like `FairGuard`, by the encoded scan and by the declared holds
     of `no_hol_blocking` (as `FairHolds` replays `FairGuard` on a trace).
@@ -441,6 +452,10 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     """
     b = p.b
     rng, A, t = range(b.requests), b.adapters, m.step
+    if ahead is None:
+        def ahead(j: int, i: int) -> z3.BoolRef:
+            return queue_before(p, m, j, i)
+    co = [z3.And(m.W[i], m.CO[i] > t) for i in rng]  # live cohort members
     sticky = z3.Or([z3.And(m.Z[i], m.W[i]) for i in rng])
     if mutant == "star_not_sticky":
         sticky = z3.BoolVal(False)
@@ -463,6 +478,7 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     r_star = [z3.If(sticky, m.Z[i], first[i]) for i in rng]
     has_star = z3.Or(r_star)
     V1 = [z3.And(m.V[a], sticky) for a in range(A)]
+    DL1 = [z3.If(sticky, m.DL[a], 0) for a in range(A)]
     reach = z3.And(has_star, B0 > 0, seats0 < p.N)
     star_in_C0 = z3.Or([z3.And(r_star[i], _in(p, i, C0)) for i in rng])
     full0 = count_ge_M(p, C0)
@@ -471,10 +487,33 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     add = z3.And(reach, blocked, z3.Not(z3.Or([z3.And(V1[a], C0[a]) for a in range(A)])))
     if mutant == "guard_off":
         add = z3.BoolVal(False)
-    oldest = [z3.And(C0[a], *[z3.Implies(C0[c], z3.Or(m.AS[a] < m.AS[c], z3.And(m.AS[a] == m.AS[c], a < c)))
-                              for c in range(A) if c != a]) for a in range(A)]
-    V2 = [z3.Or(V1[a], z3.And(add, oldest[a])) for a in range(A)]
-    return FairStart(r_star, has_star, V2, reach, blocked)
+    left = [p.max_tokens[i] - m.generated[i] for i in rng]  # outputs still to produce
+    slot_left: list[z3.ArithRef] = []
+    for a in range(A):
+        best: z3.ArithRef = z3.IntVal(0)
+        for i in rng:
+            here = z3.And(m.R[i], p.is_a[i][a])
+            best = z3.If(z3.And(here, left[i] > best), left[i], best)
+        slot_left.append(best)
+    backlog = [_count([z3.And(m.W[i], p.is_a[i][a], z3.Not(r_star[i]), z3.Not(co[i])) for i in rng])
+               for a in range(A)]
+
+    def before(a: int, c: int) -> z3.BoolRef:  # victim key (backlog, slot_left, id) of a < that of c
+        return z3.Or(backlog[a] < backlog[c],
+                     z3.And(backlog[a] == backlog[c], z3.Or(slot_left[a] < slot_left[c],
+                                                            z3.And(slot_left[a] == slot_left[c], a < c))))
+
+    pick = [z3.And(add, C0[a], *[z3.Implies(C0[c], before(a, c)) for c in range(A) if c != a]) for a in range(A)]
+    V2 = [z3.Or(V1[a], pick[a]) for a in range(A)]
+    DL2 = [z3.If(pick[a], t + slot_left[a], DL1[a]) for a in range(A)]
+    dl_of = [z3.Sum([z3.If(p.is_a[i][a], DL2[a], 0) for a in range(A)]) for i in rng]  # deadline of i's adapter
+    fits = [z3.And(dl_of[i] > 0, t + left[i] <= dl_of[i]) for i in rng]
+    late = [z3.And(m.W[i], z3.Not(r_star[i]), z3.Not(co[i]), z3.Not(fits[i])) for i in rng]
+    held = [z3.And(has_star, z3.Not(r_star[i]), _in(p, i, V2), z3.Not(co[i]),
+                   z3.Or(late[i], *[z3.And(late[j], p.adapter[j] == p.adapter[i], ahead(j, i))
+                                    for j in rng if j != i]))
+            for i in rng]
+    return FairStart(r_star, has_star, V2, reach, blocked, held, DL2, co)
 
 
 @dataclass
@@ -486,6 +525,9 @@ class FairStart:
     victims: list[z3.BoolRef]  # after visit_star
     reach: z3.BoolRef  # the scan reaches r* (budget and a seat left)
     cap_blocked: z3.BoolRef  # the LoRA cap blocks r*
+    held: list[z3.BoolRef]  # held[i]: the guard holds i while r* waits
+    deadline: list[z3.ArithRef]  # per adapter after visit_star, 0 = none
+    cohort: list[z3.BoolRef]  # live cohort members when the scan starts
 
 
 MUTANTS = ("cap_early", "cap_late", "seats_unchecked", "budget_plus_one", "fifo_reversed",
@@ -670,12 +712,13 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
     def throttle_stop(i: int) -> z3.BoolRef:  # a waiting request needing more than 1 token
         return z3.And(defer, need[i] > 1)
 
-    # --- fair (`policy.fair.FairGuard`, v3): the cap counts every running
-    # request's adapter; r* is sticky, visited first; a victim adapter is
-    # held while r* is cap-blocked.
+    # --- fair (`policy.fair.FairGuard`, v4): the cap counts every running
+    # request's adapter; r* is sticky, visited first; a victim adapter's
+    # requests are held while r* is cap-blocked, but drain and cohort ones.
     r_star = [z3.BoolVal(False) for _ in rng]
     held_on: z3.BoolRef = z3.BoolVal(False)
     V2 = [z3.BoolVal(False) for _ in range(A)]
+    held = [z3.BoolVal(False) for _ in rng]
     B, seats = B0, seats0
     L = C0 if policy == "fair" else L0
     adm0 = [z3.BoolVal(False) for _ in rng]
@@ -685,7 +728,7 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
     g = None
     if policy == "fair":
         g = fair_guard(p, m, C0, B0, seats0, mut)
-        r_star, V2 = g.r_star, g.victims
+        r_star, V2, held = g.r_star, g.victims, g.held
     if policy == "fair" and not b.general:
         reach = z3.And(g.has_star, B0 > 0, seat_free(seats0))
         blocked = z3.And(g.has_star, z3.Not(z3.Or([z3.And(r_star[i], z3.Not(cap(i, C0))) for i in rng])))
@@ -714,7 +757,7 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
             cs.append(bi == B)
             visited = z3.And(m.W[i], z3.Not(r_star[i]), z3.Not(stop), bi > 0, seat_free(seats))
             capb = cap(i, L)
-            guard = z3.And(held_on, _in(p, i, V2))
+            guard = z3.And(held_on, held[i])
             gate_skip = z3.Or(guard, capb) if policy != "blocking" else z3.BoolVal(False)
             gate_stop = capb if policy == "blocking" else z3.BoolVal(False)
             a_i = z3.And(visited, z3.Not(gate_skip), z3.Not(gate_stop), z3.Not(throttle_stop(i)))
@@ -754,7 +797,7 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
             stopped = z3.Or([z3.And(c, stp[j]) for j, c in bef])
             visited = z3.And(z3.Not(any_pre), m.W[i], z3.Not(stopped), bi > 0, seat_free(seats_i))
             capb = cap(i, L_i)
-            guard = z3.And(held_on, z3.Not(r_star[i]), _in(p, i, V2))
+            guard = z3.And(held_on, held[i])
             gate_skip = z3.Or(guard, capb) if policy != "blocking" else z3.BoolVal(False)
             gate_stop = capb if policy == "blocking" else z3.BoolVal(False)
             kvstop = z3.BoolVal(False)
@@ -828,18 +871,21 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
     cs.append(s2.wave == z3.If(idle, m.wave, m.wave + 1))
     cs.append(s2.pa == z3.And(z3.Not(idle), b.async_scheduling))  # an idle step drains
     if policy == "fair":
-        # begin_scan / visit_star run only in a scan (none after a preemption); end_step every step.
-        C_end = [z3.Or([z3.And(R_sched[i], p.is_a[i][a]) for i in rng]) for a in range(A)]
+        # FairGuard runs only in a step that scans (none after a preemption).
         frozen = z3.Or(idle, any_pre)
+        star_adapter = z3.Sum([z3.If(r_star[j], p.adapter[j], 0) for j in rng])
         for i in rng:
             cs.append(s2.Z[i] == z3.If(frozen, m.Z[i], z3.And(r_star[i], z3.Not(ok0))))
+            # FairGuard.admitted: r*'s adapter's requests waiting when the scan began join a cohort.
+            joins = z3.And(ok0, m.W[i], z3.Not(r_star[i]), p.adapter[i] == star_adapter)
+            cs.append(s2.CO[i] == z3.If(frozen, m.CO[i],
+                                        z3.If(joins, t + 2 * p.S, z3.If(g.cohort[i], m.CO[i], 0))))
         for a in range(A):
             cs.append(s2.V[a] == z3.If(frozen, m.V[a], z3.And(V2[a], z3.Not(ok0))))
-            cs.append(s2.AS[a] == z3.If(idle, m.AS[a],
-                                        z3.If(C_end[a], z3.If(m.AS[a] > 0, m.AS[a], t), 0)))
+            cs.append(s2.DL[a] == z3.If(frozen, m.DL[a], z3.If(ok0, 0, g.deadline[a])))
     else:
-        cs += [s2.Z[i] == m.Z[i] for i in rng]
-        cs += [s2.V[a] == m.V[a] for a in range(A)] + [s2.AS[a] == m.AS[a] for a in range(A)]
+        cs += [s2.Z[i] == m.Z[i] for i in rng] + [s2.CO[i] == m.CO[i] for i in rng]
+        cs += [s2.V[a] == m.V[a] for a in range(A)] + [s2.DL[a] == m.DL[a] for a in range(A)]
     aux = StepAux(m, n, adm, R_sched, fin, policy, pre)
     return s2, aux, cs
 
@@ -920,12 +966,13 @@ def prop_no_hol_blocking(p: Params, aux: StepAux) -> z3.BoolRef:
     admitted before it) left when the replay reaches it. The replay ends at
     the first request for which the budget is spent or the seats are full,
     or, on a throttled step, that needs more than one token (declared
-    stops). Under fair, the guard's victims and fair's cap over every
-    running adapter are declared holds (`policy.fair.FairHolds`). With a
-    finite KV pool the replay also ends at the first request whose whole
-    sequence does not fit the blocks left, and a step that preempted is a
-    declared hold as a whole (vLLM does not scan then); see `_no_hol_general`
-    for the queue order. Chunking is on in this encoding.
+    stops). Under fair, the guard's holds (a victim's requests, but its
+    cohort and drain admissions) and fair's cap over every running adapter
+    are declared holds (`policy.fair.FairHolds`). With a finite KV pool the
+    replay also ends at the first request whose whole sequence does not fit
+    the blocks left, and a step that preempted is a declared hold as a whole
+    (vLLM does not scan then); see `_no_hol_general` for the queue order.
+    Chunking is on in this encoding.
     """
     b, m = p.b, aux.mid
     if b.general:
@@ -944,7 +991,7 @@ def prop_no_hol_blocking(p: Params, aux: StepAux) -> z3.BoolRef:
         first = g.r_star
         star_admitted = z3.Or([z3.And(first[i], aux.admitted[i]) for i in rng])
         on = z3.And(g.has_star, z3.Not(star_admitted))
-        guard_held = [z3.And(on, z3.Not(first[i]), _in(p, i, g.victims)) for i in rng]
+        guard_held = [z3.And(on, g.held[i]) for i in rng]
     bad: list[z3.BoolRef] = []
     stopped: z3.BoolRef = z3.BoolVal(False)
 
@@ -1015,11 +1062,11 @@ def _no_hol_general(p: Params, aux: StepAux) -> z3.BoolRef:
     first = [z3.BoolVal(False) for _ in rng]
     guard_held = [z3.BoolVal(False) for _ in rng]
     if fair:
-        g = fair_guard(p, m, active0, budget0, seats0)
+        g = fair_guard(p, m, active0, budget0, seats0, ahead=lambda j, i: spec_queue_before(p, m, j, i))
         first = g.r_star
         star_admitted = z3.Or([z3.And(first[i], aux.admitted[i]) for i in rng])
         on = z3.And(g.has_star, z3.Not(star_admitted))
-        guard_held = [z3.And(on, z3.Not(first[i]), _in(p, i, g.victims)) for i in rng]
+        guard_held = [z3.And(on, g.held[i]) for i in rng]
 
     def before(j: int, i: int) -> z3.BoolRef:
         v = spec_queue_before(p, m, j, i)
@@ -1084,7 +1131,8 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
 
     partition: each request is in at most one of W/R/F/X.
     arrival_prefix: slots arrive in order (slot i arrived => slot j<i arrived).
-    unarrived_blank: a request not yet arrived has no tokens, was never admitted.
+    unarrived_blank: a request not yet arrived has no tokens, was never admitted,
+      is in no cohort.
     arrival_steps: arrival (waiting_since) steps are past steps; in slot order
       they are nondecreasing (general mode: among never-admitted requests,
       whose waiting_since is their arrival).
@@ -1107,6 +1155,13 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
     star_first (fair only): r* is at most one arrived request, and a waiting,
       never-admitted r* has no earlier never-admitted waiting request of its
       adapter (and priority).
+    cohort_prefix (fair only): cohort expiries fall along slot order within
+      an adapter (a cohort takes every waiting request of its adapter, and
+      later ones arrive after it) and are at most step + 2S; general mode:
+      the later request may be running too (it keeps its entry until the
+      next scan and may be preempted back), the earlier one is a
+      never-admitted one (a preempted request rejoins `waiting` outside the
+      cohorts formed while it ran).
     order_keys (general mode): running requests have distinct `rkey`s below
       (step + 1)(R + 1); under FCFS waiting requests have distinct `wkey`s in
       (-(step + 1)(R + 1), (step + 1)(R + 1)), never-admitted ones in slot
@@ -1121,7 +1176,7 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
     inv["arrival_prefix"] = z3.And([z3.Implies(s.arrived(i), s.arrived(j)) for i in rng for j in range(i)]
                                    + [s.step >= 0])
     inv["unarrived_blank"] = z3.And([z3.Implies(z3.Not(s.arrived(i)), z3.And(
-        z3.Not(s.ever[i]), s.computed[i] == 0, s.generated[i] == 0)) for i in rng])
+        z3.Not(s.ever[i]), s.computed[i] == 0, s.generated[i] == 0, s.CO[i] == 0)) for i in rng])
     fresh2 = [z3.Not(z3.Or(s.ever[i], s.ever[j])) if gen else z3.BoolVal(True) for i in rng for j in range(i)]
     inv["arrival_steps"] = z3.And([z3.Implies(s.arrived(i), z3.And(s.arrival[i] >= 1, s.arrival[i] <= s.step))
                                    for i in rng]
@@ -1166,6 +1221,13 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
                                               fresh_w(j)))
                                 for i in rng for j in range(i)])
     if fair:
+        # general mode: a cohort member keeps its entry while it runs (dropped
+        # at the next scan), and may come back to `waiting` by a preemption.
+        live = [z3.And(z3.Or(s.W[i], s.R[i]) if gen else s.W[i], s.CO[i] > s.step) for i in rng]
+        inv["cohort_prefix"] = z3.And(
+            [z3.Implies(z3.And(live[j], fresh_w(i), p.adapter[i] == p.adapter[j]), s.CO[i] >= s.CO[j])
+             for j in rng for i in range(j)]
+            + [s.CO[i] <= s.step + 2 * p.S for i in rng])
         star_w = [z3.And(s.Z[i], s.W[i], z3.Not(s.ever[i])) if gen else z3.And(s.Z[i], s.W[i]) for i in rng]
         inv["star_first"] = z3.And([_atmost(list(s.Z), 1)] + [z3.Implies(s.Z[i], s.arrived(i)) for i in rng]
                                    + [z3.Not(z3.And(star_w[i], fresh_w(j), p.adapter[j] == p.adapter[i],

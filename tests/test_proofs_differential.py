@@ -193,14 +193,14 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
                      starvation_steps=rnd.randint(1, 2), policy=policy, **mode)
         n, adapters, last = B.requests, (1, 2), 4
     kv = b.kv_blocks is not None
-    if kv and rnd.random() < 0.8:  # crowded: several requests grow in a small pool at once
+    if kv:  # crowded: several requests grow in a small pool at once
         cfg = replace(cfg, max_num_seqs=rnd.randint(2, 3), max_num_batched_tokens=rnd.randint(3, 6))
     if kv:
         n, last = max(n, 3), min(last, 4)
     sched = Scheduler(cfg, make_gate(policy))
     obs = Observer(cfg, FairHolds(cfg) if policy == "fair" else None)
     prios = [rnd.randint(0, b.max_priority) if b.priority else 0 for _ in range(n)]
-    if b.priority and rnd.random() < 0.5:  # later arrivals more urgent: they overtake, victims not the tail
+    if b.priority and rnd.random() < 0.8:  # later arrivals more urgent: they overtake, victims not the tail
         prios.sort(reverse=True)
     reqs = [Request(f"r{i}", rnd.randint(*adapters), rnd.randint(2 if kv else 1, 4), rnd.randint(2 if kv else 1, 3),
                     0, prios[i]) for i in range(n)]
@@ -265,6 +265,8 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
             seen["(preemption)"] = seen.get("(preemption)", 0) + 1
             if len(rec.preempted) > 1:
                 seen["(several preempted)"] = seen.get("(several preempted)", 0) + 1
+            if any(r not in rec.preempted for r in st.waiting):  # the queue order among them matters
+                seen["(preempted while others wait)"] = seen.get("(preempted while others wait)", 0) + 1
             if in_flight & set(rec.preempted):  # async: its output lands after the preemption
                 seen["(preempted with output in flight)"] = seen.get("(preempted with output in flight)", 0) + 1
             if any(r not in rec.running[-len(rec.preempted):] for r in rec.preempted):
@@ -324,9 +326,10 @@ def test_smt_step_equals_python_step_kv_priority(policy: str, mode: str) -> None
     from the tail, priority victims anywhere in `running`, tokens returned),
     whole-sequence admission, the priority queue; waiting and running orders
     and the preempted requests are compared too. The sampled states must
-    show preemptions (under the priority queue, synchronous, victims that are
-    not the tail; async, victims whose output is in flight), queues out of
-    arrival order, admissions that overtake."""
+    show preemptions while others wait (under the priority queue,
+    synchronous, victims that are not the tail; async, victims whose output
+    is in flight), admissions that overtake, and under the priority queue
+    queues out of arrival order."""
     b = GENERAL[mode]
     rnd = random.Random(f"diff-{policy}-{mode}")
     tmpl = Template(policy, b)
@@ -339,9 +342,11 @@ def test_smt_step_equals_python_step_kv_priority(policy: str, mode: str) -> None
             if "vLLM asserts this" in str(exc):
                 continue
             raise
-    expected = {"(preemption)"}
-    if b.priority or policy != "blocking":  # blocking under FCFS admits a prefix of a queue in arrival order
+    expected = {"(preemption)", "(preempted while others wait)"}
+    if b.priority:
         expected |= {"(queue reordered)", "(admitted out of arrival order)"}
+    elif policy != "blocking":  # blocking under FCFS admits a prefix of a queue in arrival order
+        expected.add("(admitted out of arrival order)")
     if b.priority and not b.async_scheduling:
         expected.add("(victim not the tail)")
     if b.async_scheduling:

@@ -14,6 +14,12 @@ Sections (each a function in `SECTIONS`, so other modules can add theirs):
 * `kinduction`: the time of each k-induction proof at the default bounds,
   synchronous and under async scheduling + DP throttle.
 * `incremental`: incremental (push/pop) vs fresh solver per depth.
+* `kv_priority`: the general mode (KV pool with preemption, the priority
+  queue, async scheduling, DP throttle): fair's `batch_lora_cap` and
+  `running_lora_cap` by k-induction for growing R (A=3 from R=5), the time
+  of each proof (stops growing R once a proof takes over the budget); and
+  the BMC depth on `batch_lora_cap` for vllm and fair at R=4 / A=2 within
+  the budget.
 * `fair_wait_family`: fair's tight worst wait (`engine.tight_wait`) at R=6,
   A=3, max_loras 1..2, on a model that holds the base-model stream family (a
   base request behind later LoRA arrivals,
@@ -86,6 +92,29 @@ def fair_wait_family(a: argparse.Namespace) -> None:
               f"({r.detail or r.reason}) {r.seconds:.0f}s", flush=True)
 
 
+GENERAL = enc.Bounds(kv_blocks=(1, 4), priority=True, async_scheduling=True, prefill_interval=2)
+
+
+def kv_priority(a: argparse.Namespace) -> None:
+    print(f"kv_priority: fair's caps by k-induction, {GENERAL.describe()}, growing R")
+    slow = False
+    for R, A in ((3, 2), (4, 2), (5, 3), (6, 3), (8, 3)):
+        b = replace(GENERAL, requests=R, adapters=A)
+        for prop in ("batch_lora_cap", "running_lora_cap"):
+            if slow:
+                break
+            r = engine.kinduction(b, "fair", prop, 1, timeout_ms=int(a.budget * 10_000))
+            print(f"   R={R} A={A} fair {prop:16s} {r.verdict} k={r.depth} {r.seconds:.1f}s", flush=True)
+            slow = r.seconds > a.budget
+    b = replace(GENERAL, requests=4, adapters=2)
+    print(f"kv_priority: BMC depth on batch_lora_cap in {a.budget:.0f}s wall, {b.describe()}")
+    for pol in ("vllm", "fair"):
+        r = engine.bmc(b, pol, "batch_lora_cap", 1000, deadline=time.monotonic() + a.budget, lemmas=pol == "fair")
+        curve = " ".join(f"{k}:{sum(t for _, t, _ in r.timings[:k]):.1f}" for k, _, _ in r.timings)
+        print(f"   {pol:5s} {r.verdict} depth {r.depth} ({r.detail or r.reason or 'in budget'})", flush=True)
+        print(f"      depth:cumulative s  {curve}", flush=True)
+
+
 def unbounded(a: argparse.Namespace) -> None:
     """The any-size proofs (`proofs.unbounded`): seconds per model, sat traces."""
     from lora_sched.proofs import unbounded as ub
@@ -97,10 +126,12 @@ SECTIONS: dict[str, Callable[[argparse.Namespace], None]] = {
     "bmc_depth": bmc_depth,
     "kinduction": kinduction,
     "incremental": incremental,
+    "kv_priority": kv_priority,
     "unbounded": unbounded,
     "fair_wait_family": fair_wait_family,
 }
-DEFAULT = ("bmc_depth", "kinduction", "incremental", "unbounded")  # fair_wait_family takes minutes: ask for it
+# fair_wait_family takes minutes: ask for it
+DEFAULT = ("bmc_depth", "kinduction", "incremental", "kv_priority", "unbounded")
 
 
 def main() -> None:

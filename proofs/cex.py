@@ -20,7 +20,8 @@ from lora_sched.proofs.unroll import Path
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
 
-STATE_VARS = ("waiting", "running", "finished", "aborted", "computed", "generated", "scheduled", "admitted")
+STATE_VARS = ("waiting", "running", "finished", "aborted", "computed", "generated", "scheduled", "admitted",
+              "preempted")
 
 
 @dataclass
@@ -29,8 +30,8 @@ class Cex:
 
     policy: str
     property: str
-    config: dict[str, int | bool]
-    requests: list[dict[str, int]]  # id, adapter, prompt_tokens, max_tokens, arrival
+    config: dict[str, int | bool | str]
+    requests: list[dict[str, int]]  # id, adapter, prompt_tokens, max_tokens, arrival (, priority)
     aborts: dict[str, int]
     skips: dict[int, list[str]]
     states: list[dict[str, Any]]  # per step (index 0 = empty initial state)
@@ -48,8 +49,8 @@ class Cex:
         happens later is not part of the counterexample)."""
         from lora_sched.policy.driver import Workload
 
-        reqs = [Request(r["id"], r["adapter"], r["prompt_tokens"], r["max_tokens"], r["arrival"])
-                for r in self.requests]
+        reqs = [Request(r["id"], r["adapter"], r["prompt_tokens"], r["max_tokens"], r["arrival"],
+                        r.get("priority", 0)) for r in self.requests]
         aborts = dict(self.aborts)
         if truncate and self.states:
             end = self.states[-1]["step"] + 1
@@ -64,7 +65,8 @@ class Cex:
                  "  config: " + " ".join(f"{k}={v}" for k, v in self.config.items()),
                  "  requests: " + ", ".join(
                      f"{r['id']}(adapter={r['adapter']} prompt={r['prompt_tokens']} "
-                     f"max_tokens={r['max_tokens']} arrival={r['arrival']})" for r in self.requests)]
+                     f"max_tokens={r['max_tokens']} arrival={r['arrival']}"
+                     + (f" priority={r['priority']}" if r.get("priority") else "") + ")" for r in self.requests)]
         if self.aborts:
             lines.append("  aborts: " + ", ".join(f"{k}@{v}" for k, v in self.aborts.items()))
         prev: dict[str, Any] = self.states[0]
@@ -159,6 +161,11 @@ def extract(path: Path, m: z3.ModelRef, depth: int, prop: str, note: str = "",
         cfg["async_scheduling"] = True
     if b.prefill_interval > 1:
         cfg["prefill_schedule_interval"] = b.prefill_interval
+    if b.kv_blocks is not None:
+        cfg["kv_blocks"] = _iv(m, p.K)
+        cfg["block_size"] = b.block_size
+    if b.priority:
+        cfg["queue"] = "priority"
     arrival: dict[int, int] = {}
     aborts: dict[str, int] = {}
     skips: dict[int, list[str]] = {}
@@ -186,11 +193,13 @@ def extract(path: Path, m: z3.ModelRef, depth: int, prop: str, note: str = "",
             "generated": {rid[i]: _iv(m, post.generated[i]) for i in live},
             "scheduled": {rid[i]: _iv(m, aux.n[i]) for i in live if _iv(m, aux.n[i]) > 0},
             "admitted": [rid[i] for i in live if _bv(m, aux.admitted[i])],
+            "preempted": [rid[i] for i in live if aux.preempted and _bv(m, aux.preempted[i])],
             "skipped": sk,
             **({"throttle": True} if _bv(m, aux.mid.throttle) else {}),
         })
     requests = [{"id": rid[i], "adapter": _iv(m, p.adapter[i]), "prompt_tokens": _iv(m, p.prompt[i]),
-                 "max_tokens": _iv(m, p.max_tokens[i]), "arrival": arrival[i]} for i in sorted(arrival)]
+                 "max_tokens": _iv(m, p.max_tokens[i]), "arrival": arrival[i],
+                 **({"priority": _iv(m, p.prio[i])} if b.priority else {})} for i in sorted(arrival)]
     return Cex(path.policy, prop, cfg, requests, aborts, skips, states, bound, note)
 
 

@@ -64,7 +64,9 @@ class Check:
     def label(self) -> str:
         b = self.bounds
         extra = "".join(f" [{w}]" for w, on in (("skip", b.skip), ("async", b.async_scheduling),
-                                                 (f"throttle/{b.prefill_interval}", b.prefill_interval > 1)) if on)
+                                                 (f"throttle/{b.prefill_interval}", b.prefill_interval > 1),
+                                                 (f"kv<={b.kv_blocks[1] if b.kv_blocks else 0}", b.kv_blocks),
+                                                 ("priority", b.priority)) if on)
         if self.property == "bounded_wait" and self.method == "lasso":
             extra += " (lasso)"
         elif self.property == "bounded_wait":

@@ -45,6 +45,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", type=int, default=4, help="request slots R (default 4)")
     p.add_argument("--adapters", type=int, default=2, help="LoRA adapters A (default 2)")
     p.add_argument("--skip", action="store_true", help="enable the nondeterministic skip of running requests")
+    p.add_argument("--kv-blocks", type=int, metavar="N",
+                   help="a finite KV pool of 1..N blocks (whole-sequence admission, preemption)")
+    p.add_argument("--block-size", type=int, default=1, help="tokens per KV block with --kv-blocks (default 1)")
+    p.add_argument("--priority", action="store_true", help="the priority queue (priorities 0..1 per request)")
     p.add_argument("--timeout", type=int, default=120, help="Z3 timeout per query, seconds")
     p.add_argument("--manifest", nargs="?", const=MANIFEST, metavar="PATH",
                    help="re-run the manifest's checks (default proofs/manifest.json) and exit 1 on any drift "
@@ -82,7 +86,10 @@ def select(args: argparse.Namespace) -> list[Check]:
 
 def bounds(args: argparse.Namespace) -> enc.Bounds:
     """The default checks' bounds from the command line (`--skip` excluded)."""
-    return enc.Bounds(requests=args.requests, adapters=args.adapters, max_loras=(1, max(1, min(2, args.adapters))))
+    kv = getattr(args, "kv_blocks", None)
+    return enc.Bounds(requests=args.requests, adapters=args.adapters, max_loras=(1, max(1, min(2, args.adapters))),
+                      kv_blocks=None if kv is None else (1, kv), block_size=getattr(args, "block_size", 1),
+                      priority=getattr(args, "priority", False))
 
 
 def result_json(c: Check, r: engine.Result, itf: str | None, drifted: str | None, manifest: bool) -> dict[str, Any]:

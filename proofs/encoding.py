@@ -6,11 +6,58 @@ The step relation of `policy.core.Scheduler` with the `blocking`, `vllm` and
 
 Abstraction (what is encoded, and what is not):
 
-* FCFS queue, chunked prefill on, `long_prefill_token_threshold` = 0,
-  unlimited KV blocks, hence no preemption. A request is therefore admitted
-  at most once, `waiting` is always in arrival order and `running` is in
-  admission order. Not encoded: the priority queue, KV-limited admission and
-  preemption.
+* Chunked prefill on, `long_prefill_token_threshold` = 0. Two modes:
+
+  - the *fast path* (the default: FCFS queue, unlimited KV blocks): nothing
+    is preempted, a request is admitted at most once, `waiting` is in slot
+    (= arrival) order and `running` in admission order (step, then slot);
+    the running phase and the scan are encoded as before (sums over the
+    requests ahead; a sequential scan over slots);
+  - the *general mode* (`Bounds.general`: `Bounds.kv_blocks` and/or
+    `Bounds.priority`), which adds what preemption and priorities need:
+
+    * **a finite KV pool** of `kv_blocks` blocks (symbolic within its range)
+      of `block_size` tokens (concrete). A running request holds
+      `blocks_for(computed)` blocks (vLLM allocates for computed + new
+      tokens before they are computed). The running phase is a loop over
+      positions of `running` (a symbolic permutation from the key `rkey`):
+      position q gets n = min(need, budget); if `blocks_for(computed + n)`
+      minus what it holds exceeds the free blocks, victims are preempted in
+      decreasing victim key until it fits (closed form: a victim is one for
+      which the blocks of the larger-keyed victims are not enough); FCFS:
+      the tail of `running`, priority: the largest (priority, arrival, id)
+      anywhere in `running`, whose scheduled tokens return to the budget; if
+      the request itself is the victim the loop stops (`_preempt_request`,
+      scheduler.py ~790-845). A preempted request loses its blocks and
+      computed tokens, keeps its generated ones, gets waiting_since = step
+      and rejoins `waiting` at the front (FCFS: each victim prepended in
+      turn, `wkey` = -(step (R+1) + order of preemption)). A step that
+      preempted does not scan `waiting`. The scan admits a request only if
+      blocks for its whole current sequence (prompt + generated) fit the
+      free blocks (`scheduler_reserve_full_isl`), else it stops there ("kv").
+    * **the priority queue** (`Bounds.priority`): a symbolic priority
+      0..`max_priority` per request; `waiting` in (priority, arrival, id)
+      order (vLLM's `PriorityRequestQueue`; a preempted request is pushed
+      back into the heap); fair's r* is the oldest by (priority,
+      waiting_since, seq) (`FairGuard._age_key`).
+    * explicit orders: the scan judges each request on what the requests
+      ahead of it in the scan order (r* first under fair, then the queue
+      order: `wkey` under FCFS, `priority_before` under priority) admitted
+      ("precedes" relations, fresh variables per request); `running` in
+      `rkey` order (an admission, first or re-admission, appends:
+      step (R+1) + its place among this step's admissions);
+      `is_prefill_chunk` (`pf`) is state, since a re-admitted request
+      recomputes prompt + output in prefill chunks.
+    * async x preemption: the in-flight output of a preempted request
+      still lands (vLLM's stale output: it keeps the sampled token and is
+      finished from `waiting` if that was the last one; its placeholder is
+      gone). vLLM's "stale_output" scan hold is not encoded: that output
+      always lands before the next scan (the step that preempts does not
+      scan), which `tests/test_proofs_differential.py` asserts on every
+      sampled state.
+
+  The state variable `arrival` holds waiting_since (the arrival step until
+  a preemption).
 * Async scheduling (`Bounds.async_scheduling`, vLLM's `AsyncScheduler`):
   the output of step t is applied after step t+1 is scheduled. Per request
   `pend` = a sampled token whose output is in flight (vLLM's
@@ -47,6 +94,7 @@ of `max_loras`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import z3
@@ -72,8 +120,23 @@ class Bounds:
     last_arrival: int | None = None
     async_scheduling: bool = False
     prefill_interval: int = 1  # vLLM's prefill_schedule_interval; 1 = no DP throttling
+    # A finite KV pool (`Config.kv_blocks`, symbolic within the range; None:
+    # unlimited) of blocks of `block_size` tokens, with whole-sequence
+    # admission and preemption; and the priority queue (per-request symbolic
+    # priority 0..max_priority). Either one switches on the general mode
+    # (`Bounds.general`): explicit queue orders and the positional running phase.
+    kv_blocks: tuple[int, int] | None = None
+    block_size: int = 1
+    priority: bool = False
+    max_priority: int = 1
     # A planted bug (`proofs.mutants`); None: the real step relation.
     mutant: str | None = None
+
+    @property
+    def general(self) -> bool:
+        """Explicit queue orders (KV preemption or the priority queue); else the
+        fast path: `waiting` in slot order, `running` in admission order."""
+        return self.kv_blocks is not None or self.priority
 
     def describe(self) -> str:
         def rng(v: tuple[int, int]) -> str:
@@ -84,6 +147,8 @@ class Bounds:
                 f"T={rng(self.max_num_batched_tokens)} S={rng(self.starvation_steps)}"
                 + (" skip" if self.skip else "") + (" async" if self.async_scheduling else "")
                 + (f" throttle/{self.prefill_interval}" if self.prefill_interval > 1 else "")
+                + (f" kv={rng(self.kv_blocks)}x{self.block_size}" if self.kv_blocks is not None else "")
+                + (f" priority<={self.max_priority}" if self.priority else "")
                 + (f" mutant={self.mutant}" if self.mutant else ""))
 
 
@@ -99,6 +164,8 @@ class Params:
     N: z3.ArithRef  # max_num_seqs
     T: z3.ArithRef  # max_num_batched_tokens
     S: z3.ArithRef  # starvation_steps
+    prio: list[z3.ArithRef] = field(default_factory=list)  # per-request priority (0 under FCFS)
+    K: z3.ArithRef = field(default_factory=lambda: z3.IntVal(0))  # kv_blocks (general mode with KV)
     is_a: list[list[z3.BoolRef]] = field(default_factory=list)  # is_a[i][a-1]
     m_eq: dict[int, z3.BoolRef] = field(default_factory=dict)
 
@@ -112,7 +179,20 @@ class Params:
         for v, (lo, hi) in ((self.M, b.max_loras), (self.N, b.max_num_seqs),
                             (self.T, b.max_num_batched_tokens), (self.S, b.starvation_steps)):
             cs += [v >= lo, v <= hi]
+        for i in range(b.requests):
+            cs += [self.prio[i] >= 0, self.prio[i] <= b.max_priority] if b.priority else []
+        if b.kv_blocks is not None:
+            cs += [self.K >= b.kv_blocks[0], self.K <= b.kv_blocks[1]]
+            # `policy.core.Scheduler.add` rejects a request whose longest
+            # sequence cannot fit the pool (vLLM refuses such a config).
+            cs += [blocks_for(b, self.prompt[i] + self.max_tokens[i]) <= self.K for i in range(b.requests)]
         return cs
+
+
+def blocks_for(b: Bounds, tokens: z3.ArithRef) -> z3.ArithRef:
+    """`spec.state.blocks_for` with the concrete block size of `b`."""
+    k = b.block_size
+    return tokens if k == 1 else (tokens + (k - 1)) / k
 
 
 def make_params(b: Bounds) -> Params:
@@ -124,6 +204,9 @@ def make_params(b: Bounds) -> Params:
         [z3.Int(f"max_tokens_{i}") for i in R],
         z3.Int("max_loras"), z3.Int("max_num_seqs"), z3.Int("max_num_batched_tokens"),
         z3.Int("starvation_steps"),
+        # constants in the fast path, so that it carries no extra symbols
+        [z3.Int(f"priority_{i}") if b.priority else z3.IntVal(0) for i in R],
+        z3.Int("kv_blocks") if b.kv_blocks is not None else z3.IntVal(0),
     )
     p.is_a = [[p.adapter[i] == a for a in range(1, b.adapters + 1)] for i in R]
     p.m_eq = {m: p.M == m for m in range(b.max_loras[0], b.max_loras[1] + 1)}
@@ -155,6 +238,10 @@ class StateVars:
     pcb: z3.BoolRef  # vLLM's `prefill_capacity_bound`
     wave: z3.ArithRef  # steps since the engine was idle (DP `step_counter`)
     pa: z3.BoolRef  # async: a step's output is pending (`Scheduler._pending`)
+    # general mode (KV preemption, priority queue; constant otherwise):
+    wkey: list[z3.ArithRef]  # FCFS: place in `waiting` (smaller = ahead); arrivals append, preemptions prepend
+    rkey: list[z3.ArithRef]  # place in `running` (admission order; a re-admission appends)
+    pf: list[z3.BoolRef]  # vLLM's `is_prefill_chunk` (set when scheduled)
 
     def arrived(self, i: int) -> z3.BoolRef:
         return z3.Or(self.W[i], self.R[i], self.F[i], self.X[i])
@@ -186,6 +273,10 @@ def make_state(b: Bounds, tag: str) -> StateVars:
         z3.Bool(f"pcb@{tag}"),
         z3.Int(f"wave@{tag}"),
         z3.Bool(f"pa@{tag}"),
+        # the general mode's state; constants in the fast path
+        [z3.Int(f"wkey_{i}@{tag}") if b.general else z3.IntVal(0) for i in R],
+        [z3.Int(f"rkey_{i}@{tag}") if b.general else z3.IntVal(0) for i in R],
+        [z3.Bool(f"pf_{i}@{tag}") if b.general else z3.BoolVal(False) for i in R],
     )
 
 
@@ -196,6 +287,8 @@ def init(b: Bounds, s: StateVars) -> list[z3.BoolRef]:
         cs += [z3.Not(s.W[i]), z3.Not(s.R[i]), z3.Not(s.F[i]), z3.Not(s.X[i]), z3.Not(s.ever[i]),
                s.computed[i] == 0, s.generated[i] == 0, s.admitted_at[i] == 0, s.arrival[i] == 0,
                z3.Not(s.Z[i]), s.CO[i] == 0]
+        if b.general:
+            cs += [s.wkey[i] == 0, s.rkey[i] == 0, z3.Not(s.pf[i])]
     for a in range(b.adapters):
         cs += [z3.Not(s.V[a]), s.DL[a] == 0]
     cs += [z3.Not(x) for x in s.pend + s.D] + [z3.Not(s.pcb), s.wave == 0, z3.Not(s.pa)]
@@ -241,6 +334,9 @@ class Mid:
     pcb: z3.BoolRef
     wave: z3.ArithRef  # the wave counter this step is scheduled with
     throttle: z3.BoolRef  # the DP engine core throttles this step
+    wkey: list[z3.ArithRef] = field(default_factory=list)
+    rkey: list[z3.ArithRef] = field(default_factory=list)
+    pf: list[z3.BoolRef] = field(default_factory=list)
 
 
 @dataclass
@@ -253,6 +349,7 @@ class StepAux:
     running_after: list[z3.BoolRef]
     finished: list[z3.BoolRef]
     policy: str
+    preempted: list[z3.BoolRef] = field(default_factory=list)
 
 
 def _atleast(bs: list[z3.BoolRef], k: int) -> z3.BoolRef:
@@ -313,9 +410,11 @@ def events(b: Bounds, s: StateVars, inp: Inputs) -> tuple[Mid, list[z3.BoolRef]]
     # policy.driver.run: the wave counter restarts when the engine was idle.
     wave = z3.If(s.has_work(), s.wave, 0)
     throttle = throttled(b, wave)
+    # FCFS general mode: an arrival joins the tail of `waiting` (`order_keys`).
+    wkey = [z3.If(inp.arrive[i], t * (n + 1) + i, s.wkey[i]) for i in range(n)] if b.general else list(s.wkey)
     return Mid(t, W, R, list(s.F), X, list(s.computed), list(s.generated),
                list(s.admitted_at), list(s.ever), arrival, list(s.Z), list(s.V), list(s.DL), list(s.CO),
-               list(s.pend), D, s.pcb, wave, throttle), cs
+               list(s.pend), D, s.pcb, wave, throttle, wkey, list(s.rkey), list(s.pf)), cs
 
 
 def throttled(b: Bounds, wave: z3.ArithRef) -> z3.BoolRef:
@@ -325,7 +424,7 @@ def throttled(b: Bounds, wave: z3.ArithRef) -> z3.BoolRef:
 
 
 def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0: z3.ArithRef,
-               mutant: str | None = None) -> FairStart:
+               mutant: str | None = None, ahead: Callable[[int, int], z3.BoolRef] | None = None) -> FairStart:
     """`policy.fair.FairGuard` (rule v4) when a waiting scan starts, on the
     state `m` after arrivals, the adapters `C0` of every running request,
     and the budget `B0` and seats `seats0` the running phase left.
@@ -333,16 +432,18 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     begin_scan: cohort entries of requests no longer waiting or expired
     (`CO[i] <= step`) are dropped; r* is kept while it is waiting (sticky,
     with its victims and deadlines); otherwise it is the oldest waiting
-    request (any adapter, base included) that waited `step - arrival >= S`
-    (without preemption, waiting_since is the arrival and slot order is
-    arrival order, so "oldest" is the first such slot).
+    request (any adapter, base included) that waited
+    `step - waiting_since >= S` (state `arrival` holds waiting_since); oldest
+    by `FairGuard._age_key` (in the fast path, without preemption or
+    priorities, that is the first such slot).
     visit_star: the scan reaches r* when budget and seats remain; if the LoRA
     cap over `C0` blocks r* and no current victim is in `C0`, the adapter of
     `C0` with the smallest (backlog, outputs left of its longest-running
     request, id) becomes a victim, with deadline `step + outputs left`.
     holds: a waiting request of a victim other than r*, outside the cohort,
     is held unless it and every waiting request of its adapter ahead of it
-    (slot order) outside the cohort can end by the deadline
+    (`ahead`: queue order, by default `queue_before`; slot order in the fast
+    path) outside the cohort can end by the deadline
     (`step + max_tokens - generated <= deadline`).
 
     Shared, like `FairGuard`, by the encoded scan and by the declared holds
@@ -351,12 +452,26 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     """
     b = p.b
     rng, A, t = range(b.requests), b.adapters, m.step
+    if ahead is None:
+        def ahead(j: int, i: int) -> z3.BoolRef:
+            return queue_before(p, m, j, i)
     co = [z3.And(m.W[i], m.CO[i] > t) for i in rng]  # live cohort members
     sticky = z3.Or([z3.And(m.Z[i], m.W[i]) for i in rng])
+    if mutant == "star_not_sticky":
+        sticky = z3.BoolVal(False)
     cand = [z3.And(m.W[i], t - m.arrival[i] >= p.S) for i in rng]
     if mutant == "star_lora_only":  # fair's first design: a base-model request is never r*
         cand = [z3.And(c, p.adapter[i] > 0) for i, c in enumerate(cand)]
-    if mutant == "star_youngest":
+    if b.general:  # `FairGuard._age_key`: (priority under the priority queue, waiting_since, seq)
+        def older(j: int, i: int) -> z3.BoolRef:
+            if mutant == "star_youngest":
+                j, i = i, j
+            by_prio = b.priority and mutant != "star_priority_ignored"
+            key = [(p.prio[x] if by_prio else z3.IntVal(0), m.arrival[x]) for x in (j, i)]
+            return z3.Or(key[0][0] < key[1][0], z3.And(key[0][0] == key[1][0], z3.Or(
+                key[0][1] < key[1][1], z3.And(key[0][1] == key[1][1], z3.BoolVal(j < i)))))
+        first = [z3.And(cand[i], *[z3.Not(z3.And(cand[j], older(j, i))) for j in rng if j != i]) for i in rng]
+    elif mutant == "star_youngest":
         first = [z3.And(cand[i], *[z3.Not(cand[j]) for j in range(i + 1, b.requests)]) for i in rng]
     else:
         first = [z3.And(cand[i], *[z3.Not(cand[j]) for j in range(i)]) for i in rng]
@@ -395,7 +510,8 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     fits = [z3.And(dl_of[i] > 0, t + left[i] <= dl_of[i]) for i in rng]
     late = [z3.And(m.W[i], z3.Not(r_star[i]), z3.Not(co[i]), z3.Not(fits[i])) for i in rng]
     held = [z3.And(has_star, z3.Not(r_star[i]), _in(p, i, V2), z3.Not(co[i]),
-                   z3.Or(late[i], *[z3.And(late[j], p.adapter[j] == p.adapter[i]) for j in range(i)]))
+                   z3.Or(late[i], *[z3.And(late[j], p.adapter[j] == p.adapter[i], ahead(j, i))
+                                    for j in rng if j != i]))
             for i in rng]
     return FairStart(r_star, has_star, V2, reach, blocked, held, DL2, co)
 
@@ -415,13 +531,126 @@ class FairStart:
 
 
 MUTANTS = ("cap_early", "cap_late", "seats_unchecked", "budget_plus_one", "fifo_reversed",
-           "drop_running", "guard_off", "star_youngest", "star_lora_only", "throttle_ignored", "async_no_skip")
+           "drop_running", "guard_off", "star_youngest", "star_lora_only", "throttle_ignored", "async_no_skip",
+           "kv_unchecked", "victim_head", "preempt_to_tail", "priority_ignored", "star_priority_ignored",
+           "star_not_sticky")
 
 
 def decoding(p: Params, m: Mid, i: int) -> z3.BoolRef:
-    """Not vLLM's `is_prefill_chunk` for a running request: its last schedule
-    completed the prompt and sampled (without preemption: it has sampled)."""
+    """Not vLLM's `is_prefill_chunk` for a running request. In the fast path
+    (no preemption) a request that has sampled is decoding; a re-admitted
+    request recomputes prompt + output in prefill chunks, so the general mode
+    keeps the flag as state (`pf`)."""
+    if p.b.general:
+        return z3.Not(m.pf[i])
     return z3.Or(m.generated[i] >= 1, m.pend[i])
+
+
+def priority_before(p: Params, j: int, i: int) -> z3.BoolRef:
+    """vLLM's `PriorityRequestQueue` order (`Request.__lt__`): smaller
+    (priority, arrival_time, request id); arrival time and id follow slot order."""
+    return p.prio[j] <= p.prio[i] if j < i else p.prio[j] < p.prio[i]
+
+
+def queue_before(p: Params, m: Mid, j: int, i: int) -> z3.BoolRef:
+    """j is ahead of i in `waiting` as the encoding keeps it: slot order in the
+    fast path, `priority_before` under the priority queue, the key `wkey`
+    under FCFS with preemption."""
+    b = p.b
+    if not b.general or (b.priority and b.mutant == "priority_ignored"):
+        return z3.BoolVal(j < i)
+    if b.priority:
+        return priority_before(p, j, i)
+    return m.wkey[j] < m.wkey[i]
+
+
+def running_before(p: Params, m: Mid, j: int, i: int) -> z3.BoolRef:
+    """j is ahead of i in `running` (admission order): by admission step, then
+    slot, in the fast path; by `rkey` in the general mode."""
+    if p.b.general:
+        return m.rkey[j] < m.rkey[i]
+    return (m.admitted_at[j] < m.admitted_at[i]) if j > i else (m.admitted_at[j] <= m.admitted_at[i])
+
+
+@dataclass
+class RunPhase:
+    nr: list[z3.ArithRef]  # tokens scheduled per running request
+    preempted: list[z3.BoolRef]
+    pidx: list[z3.ArithRef]  # order of preemption within the step (0 = first)
+    budget: z3.ArithRef  # budget left for the waiting scan
+
+
+def _running_general(p: Params, m: Mid, go: list[z3.BoolRef], need: list[z3.ArithRef], tag: str,
+                     cs: list[z3.BoolRef]) -> RunPhase:
+    """The running loop of `policy.core.Scheduler._schedule` over positions in
+    `running` (a symbolic permutation: `sel[q][i]`, slot i is q-th), with KV
+    allocation and preemption.
+
+    At position q the request gets n = min(need, budget); if the blocks for
+    computed + n do not fit the free blocks, victims are preempted in
+    decreasing victim key (FCFS: the tail of `running`; priority: the largest
+    (priority, arrival, id) anywhere in `running`, whose scheduled tokens
+    return to the budget) until it fits; if the request itself is the victim,
+    the loop stops. The victims of one position are those for which the
+    blocks of the larger-keyed victims before them are not enough (closed
+    form of the inner `while`)."""
+    b = p.b
+    rng = range(b.requests)
+    mut = b.mutant
+    before = {(j, i): running_before(p, m, j, i) for j in rng for i in rng if j != i}
+    pos = [_count([z3.And(m.R[j], before[j, i]) for j in rng if j != i]) for i in rng]
+    held = [blocks_for(b, m.computed[i]) for i in rng]
+
+    def larger(u: int, v: int) -> z3.BoolRef:  # u is preempted before v
+        if b.priority:
+            return p.prio[u] > p.prio[v] if u < v else p.prio[u] >= p.prio[v]
+        return before[u, v] if mut == "victim_head" else before[v, u]
+
+    pre: list[z3.BoolRef] = [z3.BoolVal(False) for _ in rng]
+    nn: list[z3.ArithRef] = [z3.IntVal(0) for _ in rng]
+    pidx: list[z3.ArithRef] = [z3.IntVal(0) for _ in rng]
+    budget: z3.ArithRef = p.T
+    alive: z3.BoolRef = z3.BoolVal(True)
+    cnt: z3.ArithRef = z3.IntVal(0)
+    for q in rng:
+        cur = [z3.And(m.R[i], pos[i] == q, z3.Not(pre[i])) for i in rng]
+        alive_q = z3.And(alive, budget > 0)
+        n_q = z3.Int(f"nq_{q}@{tag}")
+        cs.append(n_q == _min(z3.Sum([z3.If(cur[i], need[i], 0) for i in rng]), budget))
+        try_ = z3.And(alive_q, z3.Or([z3.And(cur[i], go[i]) for i in rng]), n_q > 0)
+        vict = [z3.BoolVal(False) for _ in rng]
+        if b.kv_blocks is not None:
+            live = [z3.And(m.R[i], z3.Not(pre[i])) for i in rng]
+            blk = [z3.If(nn[i] > 0, blocks_for(b, m.computed[i] + nn[i]), held[i]) for i in rng]
+            free = p.K - z3.Sum([z3.If(live[i], blk[i], 0) for i in rng])
+            nb = (blocks_for(b, z3.Sum([z3.If(cur[i], m.computed[i], 0) for i in rng]) + n_q)
+                  - z3.Sum([z3.If(cur[i], held[i], 0) for i in rng]))
+            fits = nb <= free
+            vict = [z3.And(try_, z3.Not(fits), live[v],
+                           free + z3.Sum([z3.If(z3.And(live[u], larger(u, v)), blk[u], 0) for u in rng if u != v])
+                           < nb,
+                           z3.Not(z3.Or([z3.And(cur[u], larger(u, v)) for u in rng if u != v])))
+                    for v in rng]
+        selfp = z3.Or([z3.And(cur[i], vict[i]) for i in rng])
+        sched = z3.And(try_, z3.Not(selfp))
+        # priority: a victim already scheduled this step gives its tokens back
+        # (FCFS victims come from the tail, never scheduled yet: no refund in vLLM).
+        refund = z3.Sum([z3.If(vict[v], nn[v], 0) for v in rng]) if b.priority else z3.IntVal(0)
+        nb_ = z3.Int(f"bud_{q}@{tag}")
+        cs.append(nb_ == budget + refund - z3.If(sched, n_q, 0))
+        new_pre, new_nn = [], []
+        for i in rng:
+            pv, nv = z3.Bool(f"pre_{q}_{i}@{tag}"), z3.Int(f"nn_{q}_{i}@{tag}")
+            keep = z3.If(z3.And(vict[i], b.priority), 0, nn[i])
+            cs += [pv == z3.Or(pre[i], vict[i]), nv == z3.If(z3.And(cur[i], sched), n_q, keep)]
+            new_pre.append(pv)
+            new_nn.append(nv)
+        pidx = [z3.If(vict[v], cnt + _count([z3.And(vict[u], larger(u, v)) for u in rng if u != v]), pidx[v])
+                for v in rng]
+        cnt = cnt + _count(vict)
+        pre, nn, budget = new_pre, new_nn, nb_
+        alive = z3.And(alive_q, z3.Not(selfp))
+    return RunPhase(nn, pre, pidx, budget)
 
 
 def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
@@ -445,23 +674,27 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
     if mut == "throttle_ignored":
         defer = z3.BoolVal(False)
 
-    # --- running phase: running order is admission order (step, then slot).
-    nr = [z3.Int(f"nrun_{i}@{tag}") for i in rng]
+    # --- running phase.
+    go = []
     for i in rng:
-        ahead = []
-        for j in rng:
-            if j == i:
-                continue
-            prec = (m.admitted_at[j] < m.admitted_at[i]) if j > i else (m.admitted_at[j] <= m.admitted_at[i])
-            ahead.append(z3.If(z3.And(m.R[j], prec), nr[j], 0))
-        rem = p.T - z3.Sum(ahead) if ahead else p.T
         sure = z3.And(m.pend[i], m.computed[i] + 1 >= p.prompt[i] + p.max_tokens[i])  # async: sure to finish
         if mut == "async_no_skip":
             sure = z3.BoolVal(False)
-        go = z3.And(m.R[i], z3.Not(skip[i]), z3.Not(sure), z3.Not(z3.And(defer, z3.Not(decoding(p, m, i)))))
-        cs.append(nr[i] == z3.If(z3.And(go, rem > 0), _min(need[i], rem), 0))
+        go.append(z3.And(m.R[i], z3.Not(skip[i]), z3.Not(sure), z3.Not(z3.And(defer, z3.Not(decoding(p, m, i))))))
+    pre: list[z3.BoolRef] = [z3.BoolVal(False) for _ in rng]
+    pidx: list[z3.ArithRef] = [z3.IntVal(0) for _ in rng]
+    if b.general:
+        rp = _running_general(p, m, go, need, tag, cs)
+        nr, pre, pidx, B0 = rp.nr, rp.preempted, rp.pidx, rp.budget
+    else:  # fast path: running order is admission order (step, then slot), nothing is preempted
+        nr = [z3.Int(f"nrun_{i}@{tag}") for i in rng]
+        for i in rng:
+            ahead = [z3.If(z3.And(m.R[j], running_before(p, m, j, i)), nr[j], 0) for j in rng if j != i]
+            rem = p.T - z3.Sum(ahead) if ahead else p.T
+            cs.append(nr[i] == z3.If(z3.And(go[i], rem > 0), _min(need[i], rem), 0))
+        B0 = p.T - z3.Sum(nr)
+    any_pre = z3.Or(pre)
     sched_run = [nr[i] > 0 for i in rng]
-    B0 = p.T - z3.Sum(nr)
     L0 = [z3.Or([z3.And(sched_run[i], p.is_a[i][a]) for i in rng]) for a in range(A)]
     C0 = [z3.Or([z3.And(m.R[i], p.is_a[i][a]) for i in rng]) for a in range(A)]
     seats0 = _count(m.R)
@@ -492,9 +725,11 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
     ok0: z3.BoolRef = z3.BoolVal(False)
     skipped = [z3.BoolVal(False) for _ in rng]
     stop: z3.BoolRef = z3.BoolVal(False)
+    g = None
     if policy == "fair":
         g = fair_guard(p, m, C0, B0, seats0, mut)
         r_star, V2, held = g.r_star, g.victims, g.held
+    if policy == "fair" and not b.general:
         reach = z3.And(g.has_star, B0 > 0, seat_free(seats0))
         blocked = z3.And(g.has_star, z3.Not(z3.Or([z3.And(r_star[i], z3.Not(cap(i, C0))) for i in rng])))
         tstop = z3.Or([z3.And(r_star[i], throttle_stop(i)) for i in rng])
@@ -512,35 +747,86 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
         if mut == "guard_off":
             held_on = z3.BoolVal(False)
 
-    # --- waiting scan in queue (slot) order.
     adm = list(adm0)
     nw: list[z3.ArithRef] = [z3.If(adm0[i], take(i, B0), 0) for i in rng]
-    for i in (reversed(rng) if mut == "fifo_reversed" else rng):
-        bi = z3.Int(f"budget_{i}@{tag}")
-        cs.append(bi == B)
-        visited = z3.And(m.W[i], z3.Not(r_star[i]), z3.Not(stop), bi > 0, seat_free(seats))
-        capb = cap(i, L)
-        guard = z3.And(held_on, held[i])
-        gate_skip = z3.Or(guard, capb) if policy != "blocking" else z3.BoolVal(False)
-        gate_stop = capb if policy == "blocking" else z3.BoolVal(False)
-        a_i = z3.And(visited, z3.Not(gate_skip), z3.Not(gate_stop), z3.Not(throttle_stop(i)))
-        skipped[i] = z3.Or(skipped[i], z3.And(visited, gate_skip))
-        stop = z3.Or(stop, z3.And(visited, z3.Not(gate_skip), z3.Or(gate_stop, throttle_stop(i))))
-        n_i = z3.If(a_i, take(i, bi), 0)
-        adm[i] = z3.Or(a_i, adm0[i])
-        nw[i] = z3.If(adm0[i], nw[i], n_i)
-        B = bi - n_i
-        seats = seats + z3.If(a_i, 1, 0)
-        L = [z3.Or(L[a], z3.And(a_i, p.is_a[i][a])) for a in range(A)]
+    scan_idx: list[z3.ArithRef] = [z3.IntVal(0) for _ in rng]
+    if not b.general:
+        # --- waiting scan in queue (slot) order.
+        for i in (reversed(rng) if mut == "fifo_reversed" else rng):
+            bi = z3.Int(f"budget_{i}@{tag}")
+            cs.append(bi == B)
+            visited = z3.And(m.W[i], z3.Not(r_star[i]), z3.Not(stop), bi > 0, seat_free(seats))
+            capb = cap(i, L)
+            guard = z3.And(held_on, held[i])
+            gate_skip = z3.Or(guard, capb) if policy != "blocking" else z3.BoolVal(False)
+            gate_stop = capb if policy == "blocking" else z3.BoolVal(False)
+            a_i = z3.And(visited, z3.Not(gate_skip), z3.Not(gate_stop), z3.Not(throttle_stop(i)))
+            skipped[i] = z3.Or(skipped[i], z3.And(visited, gate_skip))
+            stop = z3.Or(stop, z3.And(visited, z3.Not(gate_skip), z3.Or(gate_stop, throttle_stop(i))))
+            n_i = z3.If(a_i, take(i, bi), 0)
+            adm[i] = z3.Or(a_i, adm0[i])
+            nw[i] = z3.If(adm0[i], nw[i], n_i)
+            B = bi - n_i
+            seats = seats + z3.If(a_i, 1, 0)
+            L = [z3.Or(L[a], z3.And(a_i, p.is_a[i][a])) for a in range(A)]
+    else:
+        # --- waiting scan (general mode), only if nothing was preempted: each
+        # request is judged on what the requests ahead of it in the scan
+        # order (r* first under fair, then `queue_before`) left.
+        if policy == "fair":
+            star_adm = z3.Bool(f"star_adm@{tag}")
+            held_on = z3.And(g.has_star, z3.Not(star_adm))
+            if mut == "guard_off":
+                held_on = z3.BoolVal(False)
+        if mut == "fifo_reversed":
+            scan_b = {(j, i): queue_before(p, m, i, j) for j in rng for i in rng if j != i}
+        else:
+            scan_b = {(j, i): queue_before(p, m, j, i) for j in rng for i in rng if j != i}
+        if policy == "fair":
+            scan_b = {(j, i): z3.Or(r_star[j], z3.And(z3.Not(r_star[i]), v)) for (j, i), v in scan_b.items()}
+        adm = [z3.Bool(f"adm_{i}@{tag}") for i in rng]
+        nw = [z3.Int(f"nw_{i}@{tag}") for i in rng]
+        stp = [z3.Bool(f"stp_{i}@{tag}") for i in rng]
+        used0 = z3.Sum([z3.If(z3.And(m.R[i], z3.Not(pre[i])), blocks_for(b, m.computed[i] + nr[i]), 0) for i in rng])
+        for i in rng:
+            bef = [(j, scan_b[j, i]) for j in rng if j != i]
+            ab = [(j, z3.And(c, adm[j])) for j, c in bef]
+            bi = B0 - z3.Sum([z3.If(c, nw[j], 0) for j, c in bef])
+            seats_i = seats0 + _count([c for _, c in ab])
+            L_i = [z3.Or(L[a], *[z3.And(c, p.is_a[j][a]) for j, c in ab]) for a in range(A)]
+            stopped = z3.Or([z3.And(c, stp[j]) for j, c in bef])
+            visited = z3.And(z3.Not(any_pre), m.W[i], z3.Not(stopped), bi > 0, seat_free(seats_i))
+            capb = cap(i, L_i)
+            guard = z3.And(held_on, held[i])
+            gate_skip = z3.Or(guard, capb) if policy != "blocking" else z3.BoolVal(False)
+            gate_stop = capb if policy == "blocking" else z3.BoolVal(False)
+            kvstop = z3.BoolVal(False)
+            if b.kv_blocks is not None and mut != "kv_unchecked":
+                used_i = used0 + z3.Sum([z3.If(c, blocks_for(b, nw[j]), 0) for j, c in ab])
+                kvstop = blocks_for(b, p.prompt[i] + m.generated[i]) > p.K - used_i
+            passes = z3.And(visited, z3.Not(gate_skip))
+            halt = z3.Or(gate_stop, throttle_stop(i), kvstop)
+            cs += [stp[i] == z3.And(passes, halt), adm[i] == z3.And(passes, z3.Not(halt)),
+                   nw[i] == z3.If(adm[i], take(i, bi), 0)]
+            skipped[i] = z3.And(visited, gate_skip)
+            scan_idx[i] = _count([c for _, c in ab])
+        if policy == "fair":
+            cs.append(star_adm == z3.Or([z3.And(r_star[i], adm[i]) for i in rng]))
+            ok0 = star_adm
 
     # --- model output (async: the previous step's output lands now).
     s2 = make_state(b, tag)
     n = [nr[i] + nw[i] for i in rng]
     idle = z3.Not(z3.Or(*m.W, *m.R))  # the driver does not call schedule()
     fin = []
+    W_sched = [z3.Or(z3.And(m.W[i], z3.Not(adm[i])), pre[i]) for i in rng]  # `waiting` once scheduled
+    R_sched = [z3.Or(z3.And(m.R[i], z3.Not(pre[i])), adm[i]) for i in rng]
+    R1 = n_req + 1
     for i in rng:
         sample = z3.And(n[i] > 0, m.computed[i] + n[i] >= p.prompt[i] + m.generated[i] + ph[i])
         if b.async_scheduling:
+            # the output of the previous step lands, a preempted request's too
+            # (it keeps the token; `_apply_output` retires it if it is the last).
             g2 = m.generated[i] + z3.If(z3.And(m.pend[i], m.R[i]), 1, 0)
             f_i = z3.And(m.pend[i], m.R[i], g2 >= p.max_tokens[i])
             cs.append(s2.pend[i] == z3.And(sample, z3.Not(idle)))
@@ -549,12 +835,13 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
             f_i = z3.And(sample, g2 >= p.max_tokens[i])
             cs.append(z3.Not(s2.pend[i]))
         fin.append(f_i)
-        stays = z3.Or(m.R[i], adm[i])
+        stays = R_sched[i]
         if mut == "drop_running":
             stays = z3.Or(z3.And(m.R[i], n[i] > 0), adm[i])
-        W2 = z3.And(m.W[i], z3.Not(adm[i]))
+        # (fast path: a finishing request is never waiting; as before the general mode)
+        W2 = z3.And(W_sched[i], z3.Not(f_i)) if b.general else z3.And(m.W[i], z3.Not(adm[i]))
         cs += [
-            s2.computed[i] == m.computed[i] + n[i],
+            s2.computed[i] == z3.If(pre[i], 0, m.computed[i] + n[i]),
             s2.generated[i] == g2,
             s2.R[i] == z3.And(stays, z3.Not(f_i)),
             s2.W[i] == W2,
@@ -562,29 +849,44 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
             s2.X[i] == m.X[i],
             s2.ever[i] == z3.Or(m.ever[i], adm[i]),
             s2.admitted_at[i] == z3.If(adm[i], t, m.admitted_at[i]),
-            s2.arrival[i] == m.arrival[i],
-            s2.D[i] == z3.And(z3.Or(m.D[i], skipped[i]), W2),
+            s2.arrival[i] == z3.If(pre[i], t, m.arrival[i]),  # waiting_since
+            s2.D[i] == z3.And(z3.Or(m.D[i], skipped[i]), m.W[i], z3.Not(adm[i])),
         ]
+        if b.general:
+            front = -(t * R1 + pidx[i])  # each victim prepended in turn
+            if mut == "preempt_to_tail":
+                front = t * R1 + n_req + pidx[i]
+            cs += [s2.wkey[i] == (z3.If(pre[i], front, m.wkey[i]) if not b.priority else m.wkey[i]),
+                   s2.rkey[i] == z3.If(adm[i], t * R1 + scan_idx[i], m.rkey[i]),
+                   s2.pf[i] == z3.If(n[i] > 0, z3.Not(sample), m.pf[i])]
     cs.append(s2.step == t)
     # A scan that could admit prefills records whether requests are left
     # waiting for capacity rather than skipped (vLLM's prefill_capacity_bound).
-    cs.append(s2.pcb == z3.If(z3.Or(idle, defer), m.pcb, _count(s2.W) > _count(s2.D)))
+    if b.general:
+        D2 = [z3.And(z3.Or(m.D[i], skipped[i]), m.W[i], z3.Not(adm[i])) for i in rng]
+        left = _count([z3.And(m.W[i], z3.Not(adm[i])) for i in rng]) > _count(D2)
+    else:
+        left = _count(s2.W) > _count(s2.D)
+    cs.append(s2.pcb == z3.If(z3.Or(idle, defer, any_pre), m.pcb, left))
     cs.append(s2.wave == z3.If(idle, m.wave, m.wave + 1))
     cs.append(s2.pa == z3.And(z3.Not(idle), b.async_scheduling))  # an idle step drains
     if policy == "fair":
+        # FairGuard runs only in a step that scans (none after a preemption).
+        frozen = z3.Or(idle, any_pre)
         star_adapter = z3.Sum([z3.If(r_star[j], p.adapter[j], 0) for j in rng])
         for i in rng:
-            cs.append(s2.Z[i] == z3.If(idle, m.Z[i], z3.And(r_star[i], z3.Not(ok0))))
+            cs.append(s2.Z[i] == z3.If(frozen, m.Z[i], z3.And(r_star[i], z3.Not(ok0))))
             # FairGuard.admitted: r*'s adapter's requests waiting when the scan began join a cohort.
             joins = z3.And(ok0, m.W[i], z3.Not(r_star[i]), p.adapter[i] == star_adapter)
-            cs.append(s2.CO[i] == z3.If(idle, m.CO[i], z3.If(joins, t + 2 * p.S, z3.If(g.cohort[i], m.CO[i], 0))))
+            cs.append(s2.CO[i] == z3.If(frozen, m.CO[i],
+                                        z3.If(joins, t + 2 * p.S, z3.If(g.cohort[i], m.CO[i], 0))))
         for a in range(A):
-            cs.append(s2.V[a] == z3.If(idle, m.V[a], z3.And(V2[a], z3.Not(ok0))))
-            cs.append(s2.DL[a] == z3.If(idle, m.DL[a], z3.If(ok0, 0, g.deadline[a])))
+            cs.append(s2.V[a] == z3.If(frozen, m.V[a], z3.And(V2[a], z3.Not(ok0))))
+            cs.append(s2.DL[a] == z3.If(frozen, m.DL[a], z3.If(ok0, 0, g.deadline[a])))
     else:
         cs += [s2.Z[i] == m.Z[i] for i in rng] + [s2.CO[i] == m.CO[i] for i in rng]
         cs += [s2.V[a] == m.V[a] for a in range(A)] + [s2.DL[a] == m.DL[a] for a in range(A)]
-    aux = StepAux(m, n, adm, [z3.Or(m.R[i], adm[i]) for i in rng], fin, policy)
+    aux = StepAux(m, n, adm, R_sched, fin, policy, pre)
     return s2, aux, cs
 
 
@@ -607,9 +909,16 @@ def prop_running_lora_cap(p: Params, aux: StepAux) -> z3.BoolRef:
 
 
 def prop_capacity(p: Params, aux: StepAux) -> z3.BoolRef:
-    """Running <= max_num_seqs and scheduled tokens <= max_num_batched_tokens
-    (KV blocks are unlimited in this encoding)."""
-    return z3.And(_count(aux.running_after) <= p.N, z3.Sum(aux.n) <= p.T)
+    """Running <= max_num_seqs, scheduled tokens <= max_num_batched_tokens and,
+    with a finite KV pool, the blocks held once the step is scheduled (each
+    request running after it holds blocks for its computed + scheduled
+    tokens, as `spec.observe.Observer` counts them) <= kv_blocks."""
+    cs = [_count(aux.running_after) <= p.N, z3.Sum(aux.n) <= p.T]
+    if p.b.kv_blocks is not None:
+        m = aux.mid
+        cs.append(z3.Sum([z3.If(aux.running_after[i], blocks_for(p.b, m.computed[i] + aux.n[i]), 0)
+                          for i in range(p.b.requests)]) <= p.K)
+    return z3.And(cs)
 
 
 def state_partition(s: StateVars | Mid, i: int) -> z3.BoolRef:
@@ -618,24 +927,29 @@ def state_partition(s: StateVars | Mid, i: int) -> z3.BoolRef:
 
 def prop_conservation(p: Params, aux: StepAux, s2: StateVars) -> z3.BoolRef:
     """Every arrived request is in exactly one of waiting / running /
-    finished / aborted after the step; only waiting requests are admitted."""
+    finished / aborted after the step; only waiting requests are admitted,
+    only running ones preempted, and only running (not preempted) or
+    admitted ones scheduled."""
     m = aux.mid
     cs = []
     for i in range(p.b.requests):
         was = z3.Or(m.W[i], m.R[i], m.F[i], m.X[i])
         cs += [state_partition(s2, i), s2.arrived(i) == was, z3.Implies(aux.admitted[i], m.W[i])]
+        if aux.preempted:
+            cs += [z3.Implies(aux.preempted[i], m.R[i]),
+                   z3.Implies(aux.n[i] > 0, z3.Or(z3.And(m.R[i], z3.Not(aux.preempted[i])), aux.admitted[i]))]
     return z3.And(cs)
 
 
 def prop_fifo_within_adapter(p: Params, aux: StepAux) -> z3.BoolRef:
     """No request is first admitted while an earlier-arrived request of its
-    adapter is still waiting, never admitted (all priorities are 0 here)."""
+    adapter and priority is still waiting, never admitted."""
     m = aux.mid
     cs = []
     for i in range(p.b.requests):
         for j in range(i):
             cs.append(z3.Not(z3.And(
-                aux.admitted[i], z3.Not(m.ever[i]), p.adapter[j] == p.adapter[i],
+                aux.admitted[i], z3.Not(m.ever[i]), p.adapter[j] == p.adapter[i], p.prio[j] == p.prio[i],
                 m.W[j], z3.Not(m.ever[j]), z3.Not(aux.admitted[j]))))
     return z3.And(cs)
 
@@ -654,11 +968,15 @@ def prop_no_hol_blocking(p: Params, aux: StepAux) -> z3.BoolRef:
     or, on a throttled step, that needs more than one token (declared
     stops). Under fair, the guard's holds (a victim's requests, but its
     cohort and drain admissions) and fair's cap over every running adapter
-    are declared holds (`policy.fair.FairHolds`). In this
-    encoding chunking is on, KV is unlimited and nothing is preempted, so no
-    other declared stop applies.
+    are declared holds (`policy.fair.FairHolds`). With a finite KV pool the
+    replay also ends at the first request whose whole sequence does not fit
+    the blocks left, and a step that preempted is a declared hold as a whole
+    (vLLM does not scan then); see `_no_hol_general` for the queue order.
+    Chunking is on in this encoding.
     """
     b, m = p.b, aux.mid
+    if b.general:
+        return _no_hol_general(p, aux)
     rng, A = range(b.requests), b.adapters
     running_sched = [z3.And(m.R[i], aux.n[i] > 0) for i in rng]
     budget: z3.ArithRef = p.T - z3.Sum([z3.If(m.R[i], aux.n[i], 0) for i in rng])
@@ -703,6 +1021,81 @@ def prop_no_hol_blocking(p: Params, aux: StepAux) -> z3.BoolRef:
     return z3.Not(z3.Or(bad))
 
 
+def spec_queue_before(p: Params, m: Mid, j: int, i: int) -> z3.BoolRef:
+    """j is ahead of i in `waiting`, as DESIGN defines the queue, from the
+    state alone (not from the encoding's `wkey` bookkeeping): under the
+    priority queue by (priority, arrival, id); under FCFS a preempted request
+    (admitted before, waiting again) is ahead of every never-admitted one,
+    preempted ones by the step they were preempted, latest first, then (same
+    step: victims leave from the tail of `running` and each goes to the head)
+    in their old running order; never-admitted ones in arrival order."""
+    b = p.b
+    if b.priority:
+        return priority_before(p, j, i)
+    ej, ei = m.ever[j], m.ever[i]
+    return z3.Or(z3.And(ej, z3.Not(ei)),
+                 z3.And(ej, ei, z3.Or(m.arrival[j] > m.arrival[i],
+                                      z3.And(m.arrival[j] == m.arrival[i], m.rkey[j] < m.rkey[i]))),
+                 z3.And(z3.Not(ej), z3.Not(ei), z3.BoolVal(j < i)))
+
+
+def _no_hol_general(p: Params, aux: StepAux) -> z3.BoolRef:
+    """`prop_no_hol_blocking` in the general mode. A step that preempted is a
+    declared hold. Otherwise the scan is replayed in the order of
+    `spec_queue_before` (r* first under fair); each waiting request is judged
+    against what the requests admitted ahead of it in that order left of the
+    budget, seats, adapters and KV blocks; the replay ends (declared stops)
+    where the budget is spent or the seats are full, or at the first request
+    the cap and the policy's holds let through that needs more than one
+    token on a throttled step or whose whole sequence (prompt + output so
+    far) does not fit the free KV blocks."""
+    b, m = p.b, aux.mid
+    rng, A = range(b.requests), b.adapters
+    n = aux.n
+    running_sched = [z3.And(m.R[i], n[i] > 0) for i in rng]
+    budget0 = p.T - z3.Sum([z3.If(m.R[i], n[i], 0) for i in rng])
+    seats0 = _count(m.R)
+    loras0 = [z3.Or([z3.And(running_sched[i], p.is_a[i][a]) for i in rng]) for a in range(A)]
+    active0 = [z3.Or([z3.And(m.R[i], p.is_a[i][a]) for i in rng]) for a in range(A)]
+    used0 = z3.Sum([z3.If(m.R[i], blocks_for(b, m.computed[i] + n[i]), 0) for i in rng])
+    fair = aux.policy == "fair"
+    first = [z3.BoolVal(False) for _ in rng]
+    guard_held = [z3.BoolVal(False) for _ in rng]
+    if fair:
+        g = fair_guard(p, m, active0, budget0, seats0, ahead=lambda j, i: spec_queue_before(p, m, j, i))
+        first = g.r_star
+        star_admitted = z3.Or([z3.And(first[i], aux.admitted[i]) for i in rng])
+        on = z3.And(g.has_star, z3.Not(star_admitted))
+        guard_held = [z3.And(on, g.held[i]) for i in rng]
+
+    def before(j: int, i: int) -> z3.BoolRef:
+        v = spec_queue_before(p, m, j, i)
+        return z3.Or(first[j], z3.And(z3.Not(first[i]), v)) if fair else v
+
+    def blocked(i: int, L: list[z3.BoolRef]) -> z3.BoolRef:
+        return z3.And(p.adapter[i] > 0, z3.Not(_in(p, i, L)), count_ge_M(p, L))
+
+    passed, dstop, reach = [], [], []
+    for i in rng:
+        ab = [(j, z3.And(before(j, i), aux.admitted[j])) for j in rng if j != i]
+        budget = budget0 - z3.Sum([z3.If(c, n[j], 0) for j, c in ab])
+        seats = seats0 + _count([c for _, c in ab])
+        loras = [z3.Or(loras0[a], *[z3.And(c, p.is_a[j][a]) for j, c in ab]) for a in range(A)]
+        active = [z3.Or(active0[a], *[z3.And(c, p.is_a[j][a]) for j, c in ab]) for a in range(A)]
+        ok = z3.And(m.W[i], z3.Not(aux.admitted[i]), z3.Not(blocked(i, loras)), z3.Not(guard_held[i]),
+                    z3.Not(blocked(i, active)) if fair else z3.BoolVal(True))
+        stop = z3.And(m.throttle, p.prompt[i] + m.generated[i] - m.computed[i] > 1)
+        if b.kv_blocks is not None:
+            used = used0 + z3.Sum([z3.If(c, blocks_for(b, m.computed[j] + n[j]), 0) for j, c in ab])
+            stop = z3.Or(stop, blocks_for(b, p.prompt[i] + m.generated[i]) > p.K - used)
+        passed.append(z3.And(ok, z3.Not(stop)))
+        dstop.append(z3.And(ok, stop))
+        reach.append(z3.And(budget > 0, seats < p.N))
+    bad = [z3.And(passed[i], reach[i], *[z3.Not(z3.And(before(j, i), dstop[j])) for j in rng if j != i])
+           for i in rng]
+    return z3.Or(z3.Or(aux.preempted), z3.Not(z3.Or(bad)))
+
+
 def waiting_too_long(p: Params, aux: StepAux, s2: StateVars, bound: int) -> z3.BoolRef:
     """Some request is still not admitted at step arrival + bound: its wait
     (first admission - arrival) exceeds `bound`."""
@@ -740,48 +1133,79 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
     arrival_prefix: slots arrive in order (slot i arrived => slot j<i arrived).
     unarrived_blank: a request not yet arrived has no tokens, was never admitted,
       is in no cohort.
-    arrival_steps: arrival steps are past steps, nondecreasing in slot order.
-    fresh_waiting: a waiting request was never admitted and has no tokens
-      (no preemption in this encoding).
+    arrival_steps: arrival (waiting_since) steps are past steps; in slot order
+      they are nondecreasing (general mode: among never-admitted requests,
+      whose waiting_since is their arrival).
+    fresh_waiting: a waiting request has no computed tokens and, unless it
+      was admitted before (preempted: general mode), no generated ones (and
+      fewer than max_tokens); fast path: it was never admitted.
     running_counters: a running request was admitted at a past step, is in
-      prefill (computed < prompt, nothing generated or in flight) or decoding
-      (computed = prompt + generated + in flight - 1, generated < max_tokens,
-      generated + in flight <= max_tokens).
+      prefill (computed < prompt + generated, nothing in flight; fast path:
+      nothing generated) or decoding (computed = prompt + generated + in
+      flight - 1), generated < max_tokens, generated + in flight <= max_tokens;
+      general mode: `pf` (is_prefill_chunk) says which.
     async_state: an output in flight belongs to a running request (none
       without async scheduling); a deferred request is waiting; the wave
       counter is >= 0.
     seats: running requests <= max_num_seqs.
-    running_loras (only without the skip): distinct running adapters <= max_loras.
-    fifo_state: a request of adapter a was admitted only if no earlier request
-      of a is still waiting.
-    star_first (fair only): r* is at most one arrived request, and a waiting r* has
-      no earlier waiting request of its adapter (it was the first candidate
-      of its adapter when chosen, and requests arrive in slot order).
+    running_loras (only when every running request is scheduled):
+      distinct running adapters <= max_loras.
+    fifo_state: a request of adapter a (and priority p) was admitted only if
+      no earlier never-admitted request of a (and p) is still waiting.
+    star_first (fair only): r* is at most one arrived request, and a waiting,
+      never-admitted r* has no earlier never-admitted waiting request of its
+      adapter (and priority).
     cohort_prefix (fair only): cohort expiries fall along slot order within
       an adapter (a cohort takes every waiting request of its adapter, and
-      later ones arrive after it) and are at most step + 2S.
+      later ones arrive after it) and are at most step + 2S; general mode:
+      the later request may be running too (it keeps its entry until the
+      next scan and may be preempted back), the earlier one is a
+      never-admitted one (a preempted request rejoins `waiting` outside the
+      cohorts formed while it ran).
+    order_keys (general mode): running requests have distinct `rkey`s below
+      (step + 1)(R + 1); under FCFS waiting requests have distinct `wkey`s in
+      (-(step + 1)(R + 1), (step + 1)(R + 1)), never-admitted ones in slot
+      order (so an arrival appends and a preemption prepends).
+    kv_state (finite KV): the blocks of the running requests fit the pool.
     """
     b = p.b
     rng = range(b.requests)
+    gen = b.general
     inv: dict[str, z3.BoolRef] = {}
     inv["partition"] = z3.And([state_partition(s, i) for i in rng])
     inv["arrival_prefix"] = z3.And([z3.Implies(s.arrived(i), s.arrived(j)) for i in rng for j in range(i)]
                                    + [s.step >= 0])
     inv["unarrived_blank"] = z3.And([z3.Implies(z3.Not(s.arrived(i)), z3.And(
         z3.Not(s.ever[i]), s.computed[i] == 0, s.generated[i] == 0, s.CO[i] == 0)) for i in rng])
+    fresh2 = [z3.Not(z3.Or(s.ever[i], s.ever[j])) if gen else z3.BoolVal(True) for i in rng for j in range(i)]
     inv["arrival_steps"] = z3.And([z3.Implies(s.arrived(i), z3.And(s.arrival[i] >= 1, s.arrival[i] <= s.step))
                                    for i in rng]
-                                  + [z3.Implies(s.arrived(i), s.arrival[j] <= s.arrival[i])
-                                     for i in rng for j in range(i)])
-    inv["fresh_waiting"] = z3.And([z3.Implies(s.W[i], z3.And(z3.Not(s.ever[i]), s.computed[i] == 0,
-                                                             s.generated[i] == 0)) for i in rng])
+                                  + [z3.Implies(z3.And(s.arrived(i), c), s.arrival[j] <= s.arrival[i])
+                                     for c, (i, j) in zip(fresh2, [(i, j) for i in rng for j in range(i)],
+                                                          strict=True)])
+    if gen:
+        inv["fresh_waiting"] = z3.And([z3.Implies(s.W[i], z3.And(
+            s.computed[i] == 0, s.generated[i] >= 0, s.generated[i] < p.max_tokens[i],
+            z3.Implies(z3.Not(s.ever[i]), s.generated[i] == 0))) for i in rng])
+    else:
+        inv["fresh_waiting"] = z3.And([z3.Implies(s.W[i], z3.And(z3.Not(s.ever[i]), s.computed[i] == 0,
+                                                                 s.generated[i] == 0)) for i in rng])
     ph = [z3.If(s.pend[i], 1, 0) for i in rng]
+
+    def prefill(i: int) -> z3.BoolRef:
+        if gen:
+            return z3.And(s.pf[i], s.computed[i] >= 1, s.computed[i] < p.prompt[i] + s.generated[i],
+                          s.generated[i] >= 0, z3.Not(s.pend[i]))
+        return z3.And(s.computed[i] >= 1, s.computed[i] < p.prompt[i], s.generated[i] == 0, z3.Not(s.pend[i]))
+
+    def decode(i: int) -> z3.BoolRef:
+        d = z3.And(s.generated[i] + ph[i] >= 1, s.computed[i] == p.prompt[i] + s.generated[i] + ph[i] - 1)
+        return z3.And(z3.Not(s.pf[i]), s.generated[i] >= 0, d) if gen else d
+
     inv["running_counters"] = z3.And([z3.Implies(s.R[i], z3.And(
         s.ever[i], s.admitted_at[i] <= s.step, s.admitted_at[i] >= 1,
         s.generated[i] < p.max_tokens[i], s.generated[i] + ph[i] <= p.max_tokens[i],
-        z3.Or(z3.And(s.computed[i] >= 1, s.computed[i] < p.prompt[i], s.generated[i] == 0, z3.Not(s.pend[i])),
-              z3.And(s.generated[i] + ph[i] >= 1, s.computed[i] == p.prompt[i] + s.generated[i] + ph[i] - 1))))
-        for i in rng])
+        z3.Or(prefill(i), decode(i)))) for i in rng])
     inv["async_state"] = z3.And([z3.Implies(s.pend[i], z3.And(s.R[i], b.async_scheduling)) for i in rng]
                                 + [z3.Implies(s.D[i], s.W[i]) for i in rng] + [s.wave >= 0]
                                 + ([] if b.async_scheduling else [z3.Not(s.pa)]))
@@ -789,15 +1213,37 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
     if running_cap:
         U = [z3.Or([z3.And(s.R[i], p.is_a[i][a]) for i in rng]) for a in range(b.adapters)]
         inv["running_loras"] = count_le_M(p, U)
-    inv["fifo_state"] = z3.And([z3.Not(z3.And(s.ever[i], p.adapter[j] == p.adapter[i], s.W[j]))
+
+    def fresh_w(j: int) -> z3.BoolRef:
+        return z3.And(s.W[j], z3.Not(s.ever[j])) if gen else s.W[j]
+
+    inv["fifo_state"] = z3.And([z3.Not(z3.And(s.ever[i], p.adapter[j] == p.adapter[i], p.prio[j] == p.prio[i],
+                                              fresh_w(j)))
                                 for i in rng for j in range(i)])
     if fair:
-        live = [z3.And(s.W[i], s.CO[i] > s.step) for i in rng]
+        # general mode: a cohort member keeps its entry while it runs (dropped
+        # at the next scan), and may come back to `waiting` by a preemption.
+        live = [z3.And(z3.Or(s.W[i], s.R[i]) if gen else s.W[i], s.CO[i] > s.step) for i in rng]
         inv["cohort_prefix"] = z3.And(
-            [z3.Implies(z3.And(live[j], s.W[i], p.adapter[i] == p.adapter[j]), s.CO[i] >= s.CO[j])
+            [z3.Implies(z3.And(live[j], fresh_w(i), p.adapter[i] == p.adapter[j]), s.CO[i] >= s.CO[j])
              for j in rng for i in range(j)]
             + [s.CO[i] <= s.step + 2 * p.S for i in rng])
+        star_w = [z3.And(s.Z[i], s.W[i], z3.Not(s.ever[i])) if gen else z3.And(s.Z[i], s.W[i]) for i in rng]
         inv["star_first"] = z3.And([_atmost(list(s.Z), 1)] + [z3.Implies(s.Z[i], s.arrived(i)) for i in rng]
-                                   + [z3.Not(z3.And(s.Z[i], s.W[i], s.W[j], p.adapter[j] == p.adapter[i]))
+                                   + [z3.Not(z3.And(star_w[i], fresh_w(j), p.adapter[j] == p.adapter[i],
+                                                    p.prio[j] == p.prio[i]))
                                       for i in rng for j in range(i)])
+    if gen:
+        R1 = b.requests + 1
+        hi = (s.step + 1) * R1
+        keys = [z3.Implies(s.R[i], s.rkey[i] < hi) for i in rng]
+        keys += [z3.Implies(z3.And(s.R[i], s.R[j]), s.rkey[i] != s.rkey[j]) for i in rng for j in range(i)]
+        if not b.priority:
+            keys += [z3.Implies(s.W[i], z3.And(s.wkey[i] < hi, s.wkey[i] > -hi)) for i in rng]
+            keys += [z3.Implies(z3.And(s.W[i], s.W[j]), s.wkey[i] != s.wkey[j]) for i in rng for j in range(i)]
+            keys += [z3.Implies(z3.And(fresh_w(i), fresh_w(j)), s.wkey[j] < s.wkey[i])
+                     for i in rng for j in range(i)]
+        inv["order_keys"] = z3.And(keys)
+    if b.kv_blocks is not None:
+        inv["kv_state"] = z3.Sum([z3.If(s.R[i], blocks_for(b, s.computed[i]), 0) for i in rng]) <= p.K
     return inv

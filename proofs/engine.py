@@ -349,6 +349,8 @@ def lasso(bounds: enc.Bounds, policy: str, depth: int, *, timeout_ms: int = 120_
     is "cex" with `cex.extra = {"loop": [k1, k2], "victim": id}`."""
     if policy == "fair":
         raise ValueError("lasso: fair's guard has memory (r*, victims, deadlines, cohorts) the shape does not cover")
+    if bounds.general:
+        raise ValueError("lasso: the shape assumes the fast path (running order = slot order, no queue keys)")
     t0 = time.monotonic()
     path = Path(bounds, policy)
     p = path.params

@@ -27,7 +27,7 @@ MANIFEST = os.path.join(os.path.dirname(__file__), "manifest.json")
 
 def _bounds(d: dict[str, Any]) -> enc.Bounds:
     d = dict(d)
-    for k in ("max_loras", "max_num_seqs", "max_num_batched_tokens", "starvation_steps"):
+    for k in ("max_loras", "max_num_seqs", "max_num_batched_tokens", "starvation_steps", "kv_blocks"):
         if k in d:
             d[k] = tuple(d[k])
     return enc.Bounds(**d)

@@ -40,6 +40,9 @@ SKIP = replace(SMALL, skip=True)  # running requests may go unscheduled
 WAIT = enc.Bounds(requests=4, adapters=2, max_prompt=1, max_output=2, max_loras=(1, 1), max_num_seqs=(4, 4),
                   max_num_batched_tokens=(8, 8), starvation_steps=(0, 0), last_arrival=3)
 WAIT_WORST = 3
+# A finite KV pool (preemption) and the priority queue: the general mode.
+KV = replace(SMALL, kv_blocks=(1, 4))
+PRIO = replace(SMALL, priority=True)
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,18 @@ CATALOGUE: tuple[Mutant, ...] = (
            "vllm", "batch_lora_cap", replace(SMALL, max_loras=(1, 1), prefill_interval=2), 3, expect="cex"),
     Mutant("async_no_skip", "async scheduling schedules a running request sure to finish",
            "vllm", "running_lora_cap", replace(SMALL, async_scheduling=True), 2, expect="cex"),
+    Mutant("kv_unchecked", "the waiting scan admits without checking the KV blocks (whole sequence or chunk)",
+           "vllm", "capacity", KV, 3),
+    Mutant("victim_head", "FCFS preemption takes the head of running (already scheduled) instead of the tail",
+           "vllm", "conservation", KV, 3),
+    Mutant("preempt_to_tail", "a preempted request rejoins waiting at the tail instead of the front",
+           "vllm", "no_hol_blocking", KV, 4),
+    Mutant("priority_ignored", "the priority queue is scanned in arrival order",
+           "vllm", "no_hol_blocking", PRIO, 2),
+    Mutant("star_priority_ignored", "fair's r* ignores priorities under the priority queue (oldest by waiting time)",
+           "fair", "no_hol_blocking", replace(PRIO, max_loras=(1, 1)), 4),
+    Mutant("star_not_sticky", "fair re-chooses r* every step (a more urgent request that starts starving later "
+           "takes over)", "fair", "no_hol_blocking", replace(PRIO, max_loras=(1, 1)), 5),
 )
 # cap_late_fair plants the same bug as cap_late under the other policy.
 _BUG = {"cap_late_fair": "cap_late"}

@@ -33,6 +33,13 @@ B = enc.Bounds(requests=7, adapters=3, max_prompt=4, max_output=3, max_loras=(1,
 # vLLM's GPU default (async scheduling) with DP prefill throttling every other step.
 MODES = {"sync": B, "async_throttle": replace(B, async_scheduling=True, prefill_interval=2)}
 STEPS_PER_CASE = 500  # 3000 random states in all (issue #3: "thousands")
+# The general mode: a finite KV pool (blocks of 2 tokens) with preemption, the
+# priority queue, and both with async scheduling and the DP throttle.
+KV = replace(B, kv_blocks=(1, 8), block_size=2)
+GENERAL = {"kv": KV, "kv_priority": replace(KV, priority=True, max_priority=2),
+           "kv_priority_async_throttle": replace(KV, priority=True, max_priority=2, async_scheduling=True,
+                                                 prefill_interval=2)}
+GENERAL_STEPS = 160
 
 
 class Template:
@@ -41,8 +48,10 @@ class Template:
     def __init__(self, policy: str, b: enc.Bounds = B) -> None:
         self.p = enc.make_params(b)
         s = enc.make_state(b, "pre")
+        self.b = b
         self.mid = enc.Mid(z3.Int("t"), s.W, s.R, s.F, s.X, s.computed, s.generated, s.admitted_at, s.ever,
-                           s.arrival, s.Z, s.V, s.DL, s.CO, s.pend, s.D, s.pcb, s.wave, z3.Bool("throttle"))
+                           s.arrival, s.Z, s.V, s.DL, s.CO, s.pend, s.D, s.pcb, s.wave, z3.Bool("throttle"),
+                           s.wkey, s.rkey, s.pf)
         self.skip = [z3.Bool(f"sk_{i}") for i in range(B.requests)]
         self.post, self.aux, cs = enc.schedule(self.p, policy, self.mid, self.skip, "d")
         self.props = {name: enc.step_property(name, self.p, self.aux, self.post) for name in enc.STEP_PROPS}
@@ -53,7 +62,9 @@ class Template:
         st, cfg, p, m = sched.state, sched.config, self.p, self.mid
         eqs = [p.M == cfg.max_loras, p.N == cfg.max_num_seqs, p.T == cfg.max_num_batched_tokens,
                p.S == cfg.starvation_steps, m.step == step, m.wave == wave,
-               m.throttle == throttled(cfg, wave), m.pcb == st.prefill_capacity_bound]
+               m.throttle == throttled(cfg, wave), m.pcb == st.prefill_capacity_bound,
+               p.K == (cfg.kv_blocks or 0)]
+        gen = self.b.general
         eqs += guard_eqs(sched, ids, m.Z, m.V, m.DL, m.CO)
         for i in range(B.requests):
             rid = ids[i] if i < len(ids) else None
@@ -66,8 +77,19 @@ class Template:
                     m.D[i] == (rid in st.deferred)]
             if rs is None:
                 eqs += [p.adapter[i] == 0, p.prompt[i] == 1, p.max_tokens[i] == 1, m.computed[i] == 0,
-                        m.generated[i] == 0, m.admitted_at[i] == 0, m.arrival[i] == 0, z3.Not(m.ever[i])]
+                        m.generated[i] == 0, m.admitted_at[i] == 0, m.arrival[i] == 0, z3.Not(m.ever[i]),
+                        p.prio[i] == 0]
+                eqs += [m.wkey[i] == 0, m.rkey[i] == 0, z3.Not(m.pf[i])] if gen else []
                 continue
+            # queue places: the index in `waiting` / `running` (a preempted
+            # request keeps, as rkey, its place among the waiting ones, which
+            # is its old running order among those preempted in one step).
+            queue = st.running if status == "running" else st.waiting if status == "waiting" else []
+            place = queue.index(rid) if rid in queue else 0
+            eqs += [p.prio[i] == rs.req.priority]
+            if gen:
+                eqs += [m.wkey[i] == place, m.rkey[i] == place,
+                        m.pf[i] == (status == "running" and rs.is_prefill_chunk)]
             eqs += [p.adapter[i] == rs.req.adapter, p.prompt[i] == rs.req.prompt_tokens,
                     p.max_tokens[i] == rs.req.max_tokens, m.computed[i] == rs.computed,
                     m.generated[i] == rs.generated, m.arrival[i] == rs.waiting_since,
@@ -100,6 +122,16 @@ class Template:
                 out["scheduled"][rid] = n
         out["violated"] = {name for name, e in self.props.items()
                            if not z3.is_true(mod.eval(e, model_completion=True))}
+        if self.b.general:  # the queue orders and the victims
+            def val(e: z3.ExprRef) -> int:
+                return mod.eval(e, model_completion=True).as_long()
+
+            wkey = (lambda i: (val(p.prio[i]), i)) if self.b.priority else (lambda i: val(post.wkey[i]))
+            slot = {rid: i for i, rid in enumerate(ids)}
+            out["waiting"].sort(key=lambda r: wkey(slot[r]))
+            out["running"].sort(key=lambda r: val(post.rkey[slot[r]]))
+            out["preempted"] = sorted(rid for i, rid in enumerate(ids)
+                                      if z3.is_true(mod.eval(self.aux.preempted[i], model_completion=True)))
         self.solver.pop()
         return out
 
@@ -120,7 +152,8 @@ def guard_eqs(sched: Scheduler, ids: list[str], Z: list, V: list, DL: list, CO: 
             + [CO[i] == (cohort.get(ids[i], 0) if i < len(ids) else 0) for i in range(B.requests)])
 
 
-def python_post(sched: Scheduler, ids: list[str], scheduled: dict[str, int]) -> dict:
+def python_post(sched: Scheduler, ids: list[str], scheduled: dict[str, int], rec: object = None,
+                general: bool = False) -> dict:
     st = sched.state
     out: dict = {"waiting": [], "running": [], "finished": [], "aborted": [], "computed": {},
                  "generated": {}, "scheduled": dict(scheduled), "guard": python_guard(sched), "pending": [],
@@ -132,12 +165,20 @@ def python_post(sched: Scheduler, ids: list[str], scheduled: dict[str, int]) -> 
             out["pending"].append(rid)
         out["computed"][rid] = rs.computed
         out["generated"][rid] = rs.generated
+    if general:
+        out["waiting"] = [r for r in st.waiting if r in out["waiting"]]
+        out["running"] = [r for r in st.running if r in out["running"]]
+        out["preempted"] = sorted(rec.preempted)  # type: ignore[attr-defined]
     return out
 
 
 def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, budget: list[int],
                seen: dict[str, int]) -> None:
     mode = {"async_scheduling": b.async_scheduling, "prefill_schedule_interval": b.prefill_interval}
+    if b.kv_blocks is not None:  # tight pools: a sequence needs up to 4 blocks of 2 tokens
+        mode |= {"kv_blocks": rnd.choice((4, 4, 5)), "block_size": b.block_size}
+    if b.priority:
+        mode["queue"] = "priority"
     kind = rnd.random()
     n, adapters, last = rnd.randint(1, B.requests), (0, 3), 8
     if kind < 0.3:  # any config in the bounds
@@ -151,9 +192,18 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
         cfg = Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=rnd.randint(3, 6),
                      starvation_steps=rnd.randint(1, 2), policy=policy, **mode)
         n, adapters, last = B.requests, (1, 2), 4
+    kv = b.kv_blocks is not None
+    if kv:  # crowded: several requests grow in a small pool at once
+        cfg = replace(cfg, max_num_seqs=rnd.randint(2, 3), max_num_batched_tokens=rnd.randint(3, 6))
+    if kv:
+        n, last = max(n, 3), min(last, 4)
     sched = Scheduler(cfg, make_gate(policy))
     obs = Observer(cfg, FairHolds(cfg) if policy == "fair" else None)
-    reqs = [Request(f"r{i}", rnd.randint(*adapters), rnd.randint(1, 4), rnd.randint(1, 3), 0) for i in range(n)]
+    prios = [rnd.randint(0, b.max_priority) if b.priority else 0 for _ in range(n)]
+    if b.priority and rnd.random() < 0.8:  # later arrivals more urgent: they overtake, victims not the tail
+        prios.sort(reverse=True)
+    reqs = [Request(f"r{i}", rnd.randint(*adapters), rnd.randint(2 if kv else 1, 4), rnd.randint(2 if kv else 1, 3),
+                    0, prios[i]) for i in range(n)]
     arrivals = sorted(rnd.randint(1, last) for _ in range(n))
     ids: list[str] = []
     events: list[tuple[int, str, object]] = []  # for the observer, applied when their step starts
@@ -175,7 +225,8 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
         if not sched.has_work():
             wave = 0
         while ai < n and arrivals[ai] <= step:
-            r = Request(reqs[ai].id, reqs[ai].adapter, reqs[ai].prompt_tokens, reqs[ai].max_tokens, step)
+            r = Request(reqs[ai].id, reqs[ai].adapter, reqs[ai].prompt_tokens, reqs[ai].max_tokens, step,
+                        reqs[ai].priority)
             sched.add(r)
             events.append((step, "arrive", r))
             ids.append(r.id)
@@ -190,7 +241,12 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
                 observe(*held.pop())
             continue
         skip = frozenset(r for r in st.running if rnd.random() < 0.15)
+        # The encoding has no `stale` counter: a preempted request's in-flight
+        # output always lands before the next scan (checked here).
+        assert all(st.reqs[r].stale == 0 for r in st.waiting), "stale output at a scan"
         want = tmpl.step(sched, step, ids, skip, wave)
+        before_order = list(st.waiting)
+        in_flight = {r for r in st.running if st.reqs[r].placeholders > 0}
         sure_to_finish = {r for r in st.running if st.reqs[r].placeholders > 0 and st.reqs[r].computed + 1
                           >= st.reqs[r].req.prompt_tokens + st.reqs[r].req.max_tokens}
         star0, _, _, cohort0 = python_guard(sched)
@@ -205,7 +261,23 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
             seen["(throttle stop)"] = seen.get("(throttle stop)", 0) + 1
         if sure_to_finish and not sure_to_finish & set(rec.scheduled):  # async: left unscheduled
             seen["(async skip)"] = seen.get("(async skip)", 0) + 1
-        got = python_post(sched, ids, rec.scheduled)
+        if rec.preempted:
+            seen["(preemption)"] = seen.get("(preemption)", 0) + 1
+            if len(rec.preempted) > 1:
+                seen["(several preempted)"] = seen.get("(several preempted)", 0) + 1
+            if any(r not in rec.preempted for r in st.waiting):  # the queue order among them matters
+                seen["(preempted while others wait)"] = seen.get("(preempted while others wait)", 0) + 1
+            if in_flight & set(rec.preempted):  # async: its output lands after the preemption
+                seen["(preempted with output in flight)"] = seen.get("(preempted with output in flight)", 0) + 1
+            if any(r not in rec.running[-len(rec.preempted):] for r in rec.preempted):
+                seen["(victim not the tail)"] = seen.get("(victim not the tail)", 0) + 1
+        seqs = [st.reqs[r].seq for r in before_order]
+        if seqs != sorted(seqs):  # `waiting` is not in arrival order
+            seen["(queue reordered)"] = seen.get("(queue reordered)", 0) + 1
+        if any(st.reqs[a].seq > st.reqs[w].seq for a in rec.admitted for w in before_order
+               if w not in rec.admitted):
+            seen["(admitted out of arrival order)"] = seen.get("(admitted out of arrival order)", 0) + 1
+        got = python_post(sched, ids, rec.scheduled, rec, b.general)
         smt_violated = want.pop("violated")
         assert want == got, f"{policy} step {step}: SMT {want} != Python {got}\nconfig {cfg}"
         while held:
@@ -245,3 +317,40 @@ def test_smt_step_equals_python_step(policy: str, mode: str) -> None:
         expected |= {"(cohort admission)", "(drain admission)"}
     assert expected <= set(seen), f"{policy}/{mode}: violations compared {seen}"
     print(f"{policy}/{mode}: violated states compared per property: {seen}")
+
+
+@pytest.mark.parametrize("mode", GENERAL)
+@pytest.mark.parametrize("policy", enc.POLICIES)
+def test_smt_step_equals_python_step_kv_priority(policy: str, mode: str) -> None:
+    """The general mode (explicit queue orders): KV preemption (FCFS victims
+    from the tail, priority victims anywhere in `running`, tokens returned),
+    whole-sequence admission, the priority queue; waiting and running orders
+    and the preempted requests are compared too. The sampled states must
+    show preemptions while others wait (under the priority queue,
+    synchronous, victims that are not the tail; async, victims whose output
+    is in flight), admissions that overtake, and under the priority queue
+    queues out of arrival order."""
+    b = GENERAL[mode]
+    rnd = random.Random(f"diff-{policy}-{mode}")
+    tmpl = Template(policy, b)
+    budget = [GENERAL_STEPS]
+    seen: dict[str, int] = {}
+    while budget[0] > 0:
+        try:
+            random_run(policy, b, rnd, tmpl, budget, seen)
+        except AssertionError as exc:
+            if "vLLM asserts this" in str(exc):
+                continue
+            raise
+    expected = {"(preemption)", "(preempted while others wait)"}
+    if b.priority:
+        expected |= {"(queue reordered)", "(admitted out of arrival order)"}
+    elif policy != "blocking":  # blocking under FCFS admits a prefix of a queue in arrival order
+        expected.add("(admitted out of arrival order)")
+    if b.priority and not b.async_scheduling:
+        expected.add("(victim not the tail)")
+    if b.async_scheduling:
+        expected |= {"(throttle stop)", "(async skip)", "(preempted with output in flight)"}
+    expected |= {"blocking": {"no_hol_blocking"}, "vllm": {"running_lora_cap"}, "fair": set()}[policy]
+    assert expected <= set(seen), f"{policy}/{mode}: mechanisms and violations compared {seen}"
+    print(f"{policy}/{mode}: {seen}")

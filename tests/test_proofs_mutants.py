@@ -25,4 +25,5 @@ def test_catalogue_covers_the_issue_list() -> None:
     """The bugs issue 9 asks for, plus the environment mutants."""
     names = {m.name for m in CATALOGUE}
     assert {"cap_early", "cap_late", "seats_unchecked", "budget_plus_one", "fifo_reversed", "drop_running",
-            "guard_off", "star_youngest", "throttle_ignored", "async_no_skip"} <= names
+            "guard_off", "star_youngest", "throttle_ignored", "async_no_skip",
+            "kv_unchecked", "victim_head", "preempt_to_tail", "priority_ignored"} <= names

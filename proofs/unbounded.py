@@ -98,7 +98,8 @@ from dataclasses import dataclass, field
 
 import z3
 
-POLICIES = ("vllm", "fair", "blocking")
+POLICIES = ("vllm", "fair", "blocking", "drainer", "timeslice", "vtc")
+FIELD = ("drainer", "timeslice", "vtc")  # the field's reference gates (policy/drainer.py, timeslice.py, vtc.py)
 PROPERTIES = ("running_lora_cap", "batch_lora_cap", "capacity", "conservation", "fifo_within_adapter")
 CAP_PROPERTIES = ("running_lora_cap", "batch_lora_cap")
 
@@ -128,6 +129,9 @@ MUTANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "preempted_stay_running": ("a preempted request goes back to waiting but stays running", ("conservation",)),
     "scan_order_free": ("the scan may visit never-admitted requests out of seq order", ("fifo_within_adapter",)),
     "star_not_oldest": ("fair's fresh r* need not be the oldest of its adapter", ("fifo_within_adapter",)),
+    "evict_in_use": ("timeslice may deactivate an adapter that has a running request", CAP_PROPERTIES),
+    "vtc_order_free": ("vtc's scan need not keep an adapter's queue in order (the counter order alone)",
+                       ("fifo_within_adapter",)),
 }
 # A planted bug that makes the caps hold vacuously: no request of a new adapter
 # is ever admitted. The proofs still go through; the non-vacuity check of
@@ -144,6 +148,8 @@ class Sig:
         self.base = z3.Const("base", ad)
         self.prio = z3.Function("prio", req, z3.IntSort())
         self.seq = z3.Function("seq", req, z3.IntSort())
+        self.mt = z3.Function("max_tokens", req, z3.IntSort())  # drainer's tolerance
+        self.prompt = z3.Function("prompt_tokens", req, z3.IntSort())  # vtc's input charge
         self.M, self.N, self.T, self.S = z3.Ints("max_loras max_num_seqs max_num_batched_tokens starvation_steps")
 
     def axioms(self) -> list[z3.BoolRef]:
@@ -179,13 +185,21 @@ class State:
         self.seat = z3.Function(f"seat@{tag}", g.req, Z)
         self.slot = z3.Function(f"slot@{tag}", g.ad, Z)
         self.step = z3.Int(f"step@{tag}")
+        # the field's gates: output tokens generated (drainer's remaining work),
+        # drainer's draining set, timeslice's active set, vtc's virtual counters
+        self.gen = z3.Function(f"gen@{tag}", g.req, Z)
+        self.drain = z3.Function(f"drain@{tag}", g.ad, B)
+        self.act = z3.Function(f"act@{tag}", g.ad, B)
+        self.cnt = z3.Function(f"cnt@{tag}", g.ad, Z)
 
 
 def init(g: Sig, s: State) -> z3.BoolRef:
-    """The empty scheduler before step 1 (ghosts arbitrary)."""
-    r = g.r("r")
+    """The empty scheduler before step 1 (ghosts arbitrary): no adapter
+    drains or is active, every virtual counter is 0."""
+    r, a = g.r("r"), g.a("a")
     return z3.And(s.step == 0, _fa([r], z3.And(*[z3.Not(p(r)) for p in (s.arrived, s.W, s.R, s.F, s.X,
-                                                                       s.ever, s.star)])))
+                                                                       s.ever, s.star)])),
+                  _fa([a], z3.And(z3.Not(s.drain(a)), z3.Not(s.act(a)), s.cnt(a) == 0)))
 
 
 def _injective(g: Sig, member: Callable[[z3.ExprRef], z3.BoolRef], val: Callable[[z3.ExprRef], z3.ArithRef],
@@ -209,6 +223,14 @@ def seats_ok(g: Sig, member: Callable[[z3.ExprRef], z3.BoolRef], seat: z3.FuncDe
     return _injective(g, member, seat, lambda r: r, g.N)
 
 
+def active_ok(g: Sig, act: z3.FuncDeclRef, slot: z3.FuncDeclRef) -> z3.BoolRef:
+    """timeslice: at most M active adapters (> 0): `slot` injects them into {0..M-1}."""
+    a1, a2 = g.a("a1"), g.a("a2")
+    return z3.And(
+        _fa([a1], z3.Implies(act(a1), z3.And(a1 != g.base, slot(a1) >= 0, slot(a1) < g.M))),
+        _fa([a1, a2], z3.Implies(z3.And(act(a1), act(a2), slot(a1) == slot(a2)), a1 == a2)))
+
+
 def _same_key(g: Sig, r1: z3.ExprRef, r2: z3.ExprRef) -> z3.BoolRef:
     return z3.And(g.adapter(r1) == g.adapter(r2), g.prio(r1) == g.prio(r2))
 
@@ -223,10 +245,13 @@ def invariants(g: Sig, s: State, m: Model) -> dict[str, z3.BoolRef]:
       steps are nondecreasing in `seq`; a never-admitted waiting request has
       waited since its arrival; a running request was admitted.
     seats: running requests inject into {0..N-1} (so at most N run).
-    slots (not for vllm/blocking with skip): adapters of running requests
-      inject into {0..M-1} (so at most M are running).
-    fifo_state: no never-admitted waiting request precedes (in `seq`) an
-      admitted request of its adapter and priority.
+    slots (not for vllm/blocking/drainer/vtc with skip): adapters of running
+      requests inject into {0..M-1} (so at most M are running); for
+      timeslice, its active adapters inject into {0..M-1} instead, and
+    active_running (timeslice): the adapter of every running request is active.
+    fifo_state (not for drainer, whose tolerance breaks it): no
+      never-admitted waiting request precedes (in `seq`) an admitted request
+      of its adapter and priority.
     star_first (fair): no never-admitted waiting request precedes a waiting,
       never-admitted r* of its adapter and priority.
     """
@@ -245,10 +270,14 @@ def invariants(g: Sig, s: State, m: Model) -> dict[str, z3.BoolRef]:
         _fa([r], z3.Implies(z3.And(s.W(r), z3.Not(s.ever(r))), s.ws(r) == s.arr(r))),
         _fa([r], z3.Implies(s.R(r), s.ever(r))))
     inv["seats"] = seats_ok(g, s.R, s.seat)
-    if m.policy == "fair" or not m.skip:
+    if m.policy == "timeslice":
+        inv["slots"] = active_ok(g, s.act, s.slot)
+        inv["active_running"] = _fa([r], z3.Implies(z3.And(s.R(r), g.lora(r)), s.act(g.adapter(r))))
+    elif m.policy == "fair" or not m.skip:
         inv["slots"] = slots_ok(g, s.R, s.slot)
-    inv["fifo_state"] = _fa([r1, r2], z3.Implies(
-        z3.And(s.ever(r1), s.W(r2), z3.Not(s.ever(r2)), _same_key(g, r1, r2)), z3.Not(g.seq(r2) < g.seq(r1))))
+    if m.policy != "drainer":
+        inv["fifo_state"] = _fa([r1, r2], z3.Implies(
+            z3.And(s.ever(r1), s.W(r2), z3.Not(s.ever(r2)), _same_key(g, r1, r2)), z3.Not(g.seq(r2) < g.seq(r1))))
     if m.policy == "fair":
         inv["star_first"] = _fa([r1, r2], z3.Implies(
             z3.And(s.star(r1), s.W(r1), z3.Not(s.ever(r1)), s.W(r2), z3.Not(s.ever(r2)), _same_key(g, r1, r2)),
@@ -275,8 +304,11 @@ class Step:
             self.syms[n] = z3.Function(f"{n}#{t}", g.req, B)
         for n in ("tok", "before"):
             self.syms[n] = z3.Function(f"{n}#{t}", g.req, Z)
-        for n in ("C0", "V"):
+        for n in ("C0", "V", "D", "A"):  # D: drainer's draining set, A: timeslice's active set (this scan)
             self.syms[n] = z3.Function(f"{n}#{t}", g.ad, B)
+        self.syms["rem"] = z3.Function(f"rem#{t}", g.ad, Z)  # drainer: max remaining output of D's adapters
+        self.syms["vc"] = z3.Function(f"vc#{t}", g.req, Z)  # vtc: the counter of r's adapter when visited
+        self.syms["starve"] = z3.Bool(f"starve#{t}")  # drainer: some waiting request waited > S
         self.syms["ahead"] = z3.Function(f"ahead#{t}", g.req, g.req, B)
         self.syms["so"] = z3.Function(f"so#{t}", g.req, g.req, B)
         self.syms["Cb"] = z3.Function(f"Cb#{t}", g.req, g.ad, B)
@@ -328,6 +360,21 @@ class Step:
     def hold(self, r: z3.ExprRef) -> z3.BoolRef:
         return z3.And(self.V(self.g.adapter(r)), self.h, z3.Not(self.star_s(r)))
 
+    def left(self, r: z3.ExprRef) -> z3.ArithRef:
+        """drainer: output tokens r has still to produce (`max_tokens - generated`)."""
+        return self.g.mt(r) - self.pre_.gen(r)
+
+    def drain_hold(self, r: z3.ExprRef) -> z3.BoolRef:
+        """drainer's `can_schedule` refuses r: its adapter drains and r's
+        max_tokens exceeds 1.2x the adapter's remaining tokens (5 mt > 6 rem,
+        exact; equal to SGLang's float test for every value up to 300)."""
+        g = self.g
+        return z3.And(g.lora(r), self.D(g.adapter(r)), 5 * g.mt(r) > 6 * self.rem(g.adapter(r)))
+
+    def inactive(self, r: z3.ExprRef) -> z3.BoolRef:
+        """timeslice skips r: its adapter is not active in this scan."""
+        return z3.And(self.g.lora(r), z3.Not(self.A(self.g.adapter(r))))
+
     @property
     def pre_(self) -> State:
         return self.pre
@@ -370,10 +417,14 @@ def transition(g: Sig, st: Step) -> list[z3.BoolRef]:
         _fa([r1, r2], z3.Implies(z3.And(st.W1(r1), st.W1(r2), r1 != r2),
                                  z3.Or(st.ahead(r1, r2), st.ahead(r2, r1)))),
     ]
-    if m.mutant != "scan_order_free":
+    # timeslice and vtc visit per-adapter queues (each in queue order), merged
+    # by their own rule: the queue order binds only requests of one adapter.
+    per_adapter = m.policy in ("timeslice", "vtc")
+    if m.mutant not in ("scan_order_free", "vtc_order_free"):
         cs.append(_fa([r1, r2], z3.Implies(
             z3.And(st.W1(r1), st.W1(r2), z3.Not(s.ever(r1)), z3.Not(s.ever(r2)), g.prio(r1) == g.prio(r2),
-                   g.seq(r1) < g.seq(r2), z3.Not(st.star_s(r2))),
+                   g.seq(r1) < g.seq(r2), z3.Not(st.star_s(r2)),
+                   *([g.adapter(r1) == g.adapter(r2)] if per_adapter else [])),
             st.ahead(r1, r2))))
     # monotone scan flags
     cs += [
@@ -396,17 +447,27 @@ def transition(g: Sig, st: Step) -> list[z3.BoolRef]:
         cs.append(_fa([r1, r2], z3.Implies(z3.And(st.adm(r1), g.lora(r1), st.ahead(r1, r2), st.W1(r2)),
                                            st.Cb(r2, g.adapter(r1)))))
     # admission and the reasons for leaving a request waiting
-    allowed = [st.W1(r), z3.Not(st.stop(r)), z3.Not(st.capb(r))]
+    capb = st.capb(r)
+    allowed = [st.W1(r), z3.Not(st.stop(r)), z3.Not(capb)]
     if fair:
         allowed.append(z3.Not(st.hold(r)))
+    if m.policy == "drainer":
+        allowed.append(z3.Not(st.drain_hold(r)))
+    if m.policy == "timeslice":
+        allowed.append(z3.Not(st.inactive(r)))
     cs.append(_fa([r], z3.Implies(st.adm(r), z3.And(*allowed))))
     reasons = [st.stop(r), s.ever(r)]  # a stop; stale async output (only after an admission)
     if m.policy == "vllm":
-        reasons.append(st.capb(r))
+        reasons.append(capb)
     elif fair:
-        reasons += [st.capb(r), st.hold(r)]
-    else:  # blocking: a cap-blocked request stops the scan
-        cs.append(_fa([r], z3.Implies(z3.And(st.W1(r), st.capb(r)), st.stop(r))))
+        reasons += [capb, st.hold(r)]
+    elif m.policy == "drainer":  # can_schedule's skip, then vLLM's cap skip
+        reasons += [capb, st.drain_hold(r)]
+    elif m.policy == "timeslice":  # an inactive adapter's request, then vLLM's cap skip
+        reasons += [capb, st.inactive(r)]
+    else:  # blocking, vtc: a cap-blocked request stops the scan
+        cs.append(_fa([r], z3.Implies(z3.And(st.W1(r), capb), st.stop(r))))
+    cs += _field_rules(g, st)
     cs.append(_fa([r], z3.Implies(z3.And(st.W1(r), z3.Not(st.adm(r))), z3.Or(*reasons))))
     # fair's r*: sticky, or a fresh waiting request that has waited S and is
     # the oldest (waiting_since, seq) of its priority and adapter.
@@ -426,12 +487,22 @@ def transition(g: Sig, st: Step) -> list[z3.BoolRef]:
     else:
         cs += [_fa([r], z3.Not(st.star_s(r))), _fa([r], p.star(r) == s.star(r))]
     # ghost LoRA slots: kept by running adapters, a free one in [0, M) for a new adapter
+    # (timeslice: kept by active adapters, a free one for a newly activated adapter)
     hi = g.M + 1 if m.mutant == "cap_off_by_one" else g.M
-    cs += [
-        _fa([r], z3.Implies(z3.And(st.R2(r), g.lora(r)), p.slot(g.adapter(r)) == s.slot(g.adapter(r)))),
-        _fa([r], z3.Implies(st.new(r), z3.And(p.slot(g.adapter(r)) >= 0, p.slot(g.adapter(r)) < hi))),
-        _fa([r, a], z3.Implies(z3.And(st.new(r), st.Cb(r, a)), p.slot(a) != p.slot(g.adapter(r)))),
-    ]
+    if m.policy == "timeslice":
+        a2 = g.a("a2")
+        cs += [
+            _fa([a], z3.Implies(z3.And(st.A(a), s.act(a)), p.slot(a) == s.slot(a))),
+            _fa([a], z3.Implies(z3.And(st.A(a), z3.Not(s.act(a))), z3.And(p.slot(a) >= 0, p.slot(a) < hi))),
+            _fa([a, a2], z3.Implies(z3.And(st.A(a), z3.Not(s.act(a)), st.A(a2), a2 != a),
+                                    p.slot(a2) != p.slot(a))),
+        ]
+    else:
+        cs += [
+            _fa([r], z3.Implies(z3.And(st.R2(r), g.lora(r)), p.slot(g.adapter(r)) == s.slot(g.adapter(r)))),
+            _fa([r], z3.Implies(st.new(r), z3.And(p.slot(g.adapter(r)) >= 0, p.slot(g.adapter(r)) < hi))),
+            _fa([r, a], z3.Implies(z3.And(st.new(r), st.Cb(r, a)), p.slot(a) != p.slot(g.adapter(r)))),
+        ]
     # ghost seats: kept by running requests, a free one in [0, N) for an admitted one
     nhi = g.N + 1 if m.mutant == "seat_off_by_one" else g.N
     cs += [
@@ -467,6 +538,57 @@ def transition(g: Sig, st: Step) -> list[z3.BoolRef]:
             p.ws(r) == z3.If(st.preempt(r), t, st.ws1(r)),
             p.arr(r) == z3.If(st.arrive(r), t, s.arr(r)))),
     ]
+    return cs
+
+
+def _field_rules(g: Sig, st: Step) -> list[z3.BoolRef]:
+    """What the field's gates add to the step (see the module docstring,
+    "The field's gates"): drainer's draining set and tolerance, timeslice's
+    active set, vtc's counter order."""
+    s, p, m, t = st.pre, st.post, st.m, st.t
+    r, r1, r2 = g.r("r"), g.r("r1"), g.r("r2")
+    a = g.a("a")
+    cs: list[z3.BoolRef] = []
+    if m.policy == "drainer":
+        gen0 = z3.If(st.arrive(r), 0, s.gen(r))
+        cs += [
+            _fa([r], g.mt(r) >= 1),
+            # one output token per step at most (a new request has none)
+            _fa([r], z3.And(p.gen(r) >= gen0, p.gen(r) <= gen0 + 1)),
+            # a starving request: waiting (at the scan) longer than S
+            st.starve == z3.Exists([r1], z3.And(st.W1(r1), g.lora(r1), t - st.ws1(r1) > g.S)),
+            # D: an adapter drains only while it has a running request (cleared
+            # otherwise, L159-173), stays draining while it has one, and starts
+            # draining only when some request starves (L101-157; which adapter
+            # is the victim is a free choice here)
+            _fa([a], z3.Implies(st.D(a), z3.And(a != g.base, z3.Or(s.drain(a), st.starve), z3.Exists([r1], z3.And(
+                st.R2(r1), g.adapter(r1) == a, st.rem(a) == st.left(r1)))))),
+            _fa([r], z3.Implies(z3.And(st.R2(r), g.lora(r), s.drain(g.adapter(r))), st.D(g.adapter(r)))),
+            # rem: the largest remaining output among the adapter's running requests (stats L76-99)
+            _fa([r], z3.Implies(z3.And(st.R2(r), st.D(g.adapter(r))), st.left(r) <= st.rem(g.adapter(r)))),
+            _fa([a], p.drain(a) == st.D(a)),
+        ]
+    if m.policy == "timeslice":
+        keep = [] if m.mutant == "evict_in_use" else [
+            # an adapter in use (a running request) is never deactivated (L349-394)
+            _fa([r], z3.Implies(z3.And(st.R2(r), g.lora(r), s.act(g.adapter(r))), st.A(g.adapter(r))))]
+        cs += keep + [
+            _fa([a], z3.Implies(st.A(a), a != g.base)),
+            _fa([a], p.act(a) == st.A(a)),
+        ]
+    if m.policy == "vtc":
+        charge = z3.If(s.ever(r1), 0, g.prompt(r1))
+        cs += [
+            _fa([r], g.prompt(r) >= 1),
+            # the least-served adapter first: counters only grow during a scan
+            _fa([r1, r2], z3.Implies(z3.And(st.W1(r1), st.W1(r2), st.ahead(r1, r2)), st.vc(r1) <= st.vc(r2))),
+            # visiting a never-admitted request charges its prompt to its adapter (L122-124)
+            _fa([r1, r2], z3.Implies(z3.And(st.W1(r1), st.W1(r2), st.ahead(r1, r2),
+                                            g.adapter(r1) == g.adapter(r2)), st.vc(r2) >= st.vc(r1) + charge)),
+            # a scan starts from the counters (raised by the lift of `append` and the output charges)
+            _fa([r], z3.Implies(st.W1(r), st.vc(r) >= s.cnt(g.adapter(r)))),
+            _fa([a], p.cnt(a) >= s.cnt(a)),
+        ]
     return cs
 
 
@@ -864,6 +986,14 @@ MODELS: tuple[tuple[Model, tuple[str, ...], tuple[str, ...]], ...] = (
     (Model("fair", True), PROPERTIES, ()),
     (Model("blocking"), PROPERTIES, ()),
     (Model("blocking", True), ("capacity", "conservation", "fifo_within_adapter"), CAP_PROPERTIES),
+    # the field's gates (docs/frontier.md)
+    (Model("drainer"), ("running_lora_cap", "batch_lora_cap", "capacity", "conservation"),
+     ("fifo_within_adapter",)),
+    (Model("drainer", True), ("capacity", "conservation"), (*CAP_PROPERTIES, "fifo_within_adapter")),
+    (Model("timeslice"), PROPERTIES, ()),
+    (Model("timeslice", True), PROPERTIES, ()),  # the active set bounds every running adapter
+    (Model("vtc"), PROPERTIES, ()),
+    (Model("vtc", True), ("capacity", "conservation", "fifo_within_adapter"), CAP_PROPERTIES),
 )
 
 # Planted bugs: (model, mutant); each must make every property MUTANTS names fail.
@@ -877,6 +1007,19 @@ MUTANT_RUNS: tuple[tuple[str, bool, str], ...] = (
     ("vllm", False, "preempted_stay_running"),
     ("vllm", False, "scan_order_free"),
     ("fair", False, "star_not_oldest"),
+    # the field's gates: each proved property of each gate has a bug that breaks it
+    ("drainer", False, "cap_off_by_one"),
+    ("drainer", False, "seat_off_by_one"),
+    ("drainer", False, "preempted_stay_running"),
+    ("timeslice", True, "evict_in_use"),
+    ("timeslice", False, "cap_off_by_one"),
+    ("timeslice", False, "budget_off_by_one"),
+    ("timeslice", False, "preempted_stay_running"),
+    ("timeslice", False, "scan_order_free"),
+    ("vtc", False, "cap_off_by_one"),
+    ("vtc", False, "seat_off_by_one"),
+    ("vtc", False, "preempted_stay_running"),
+    ("vtc", False, "vtc_order_free"),
 )
 
 

@@ -861,6 +861,54 @@ def cap_blocked_at_full(sy: System, states: list[State], steps: list[Step]) -> z
         g.adapter(r3) != g.adapter(r1), g.adapter(r3) != g.adapter(r2))))
 
 
+def exact_drainer(g: Sig, steps: list[Step]) -> list[z3.BoolRef]:
+    """The drainer as the replay runs it: max_loras 1, one priority, no
+    preemption, abort or idle step; prompts of one token (each scheduled
+    request gets 1 token and produces one output token; it finishes at
+    max_tokens <= 40); ample seats and budget (no stop); and, with one slot,
+    the one running adapter starts draining as soon as a request starves
+    (SGLang marks it, L101-157)."""
+    r = g.r("r")
+    out = [g.M == 1, _fa([r], z3.And(g.prio(r) == 0, g.mt(r) <= 40))]
+    for st in steps:
+        gen0 = z3.If(st.arrive(r), 0, st.pre.gen(r))
+        out += [st.t == st.pre.step + 1, z3.Not(st.noscan),
+                _fa([r], z3.And(z3.Not(st.preempt(r)), z3.Not(st.abort(r)), z3.Not(st.stop(r)),
+                                z3.Implies(st.R1(r), st.sched(r)),
+                                z3.Implies(st.Xs(r), st.tok(r) == 1),
+                                st.post.gen(r) == z3.If(st.Xs(r), gen0 + 1, gen0),
+                                st.fin(r) == z3.And(st.Xs(r), st.post.gen(r) == g.mt(r)),
+                                z3.Implies(z3.And(st.starve, st.R2(r), g.lora(r)), st.D(g.adapter(r)))))]
+    return out
+
+
+def violates_fifo(sy: System, states: list[State], steps: list[Step]) -> z3.BoolRef:
+    """Goal: the last step first-admits a request while an earlier one of its
+    adapter and priority stays waiting, never admitted."""
+    return z3.Not(step_property(sy.g, steps[-1], "fifo_within_adapter"))
+
+
+def vtc_stops_behind_least_served(sy: System, states: list[State], steps: list[Step]) -> z3.BoolRef:
+    """Goal (max_loras 1): vtc visits a cap-blocked request of the
+    least-served adapter first (smaller counter), stops there, and leaves
+    behind it a never-admitted request of an adapter the cap already counts."""
+    g, st = sy.g, steps[-1]
+    rb, ra = g.r("w1"), g.r("w2")
+    return z3.And(g.M == 1, z3.Exists([rb, ra], z3.And(
+        st.W1(rb), st.capb(rb), st.stop(rb), st.W1(ra), z3.Not(st.adm(ra)), z3.Not(states[-2].ever(ra)),
+        g.lora(ra), st.Cb(ra, g.adapter(ra)), st.ahead(rb, ra), st.vc(rb) < st.vc(ra))))
+
+
+def timeslice_cycles(sy: System, states: list[State], steps: list[Step]) -> z3.BoolRef:
+    """Goal (max_loras 1): an adapter active at step 1 is no longer active
+    and a request of another, newly activated adapter is admitted."""
+    g, st = sy.g, steps[-1]
+    r, a = g.r("w1"), g.a("b1")
+    return z3.And(g.M == 1, z3.Exists([r, a], z3.And(
+        states[1].act(a), z3.Not(states[-1].act(a)), st.adm(r), g.lora(r), g.adapter(r) != a,
+        z3.Not(st.pre.act(g.adapter(r))))))
+
+
 def max_loras_is(k: int) -> Callable[[Sig, list[Step]], list[z3.BoolRef]]:
     return lambda g, _steps: [g.M == k]
 
@@ -895,6 +943,32 @@ TRACES = (
                two_adapters("R3"), max_loras_is(1), "unsat"),
     TraceCheck("vllm: 2 adapters scheduled with max_loras 1", Model("vllm"), 2,
                two_adapters("Xs"), max_loras_is(1), "unsat"),
+    # the field's gates: the cap is reached and used, each gate's own rule acts
+    TraceCheck("drainer: 2 adapters running, a 3rd cap-blocked (max_loras 2)", Model("drainer"), 2,
+               cap_blocked_at_full, None, "sat"),
+    TraceCheck("timeslice: 2 adapters running, a 3rd cap-blocked (max_loras 2)", Model("timeslice"), 2,
+               cap_blocked_at_full, None, "sat"),
+    TraceCheck("vtc: 2 adapters running, a 3rd cap-blocked (max_loras 2)", Model("vtc"), 2,
+               cap_blocked_at_full, None, "sat"),
+    TraceCheck("timeslice: an adapter is cycled out and another admitted (max_loras 1)", Model("timeslice"), 3,
+               timeslice_cycles, None, "sat"),
+    TraceCheck("vtc: the least-served adapter's blocked head stops the scan (max_loras 1)", Model("vtc"), 2,
+               vtc_stops_behind_least_served, None, "sat"),
+    # drainer's tolerance admits a short request past a long one: a reachable violation
+    TraceCheck("drainer: a draining adapter admits a short request past a long one (fifo_within_adapter)",
+               Model("drainer"), 2, violates_fifo, exact_drainer, "sat", ("fifo_within_adapter",),
+               replay="fifo_within_adapter"),
+    # vLLM's scheduled-only cap under a skipped running request (drainer, vtc), not timeslice's active set
+    TraceCheck("drainer+skip: 2 adapters running with max_loras 1 (running_lora_cap)", Model("drainer", True), 2,
+               two_adapters("R3"), reference_like, "sat", replay="running_lora_cap"),
+    TraceCheck("vtc+skip: 2 adapters running with max_loras 1 (running_lora_cap)", Model("vtc", True), 2,
+               two_adapters("R3"), reference_like, "sat", replay="running_lora_cap"),
+    TraceCheck("vtc+skip: 2 adapters scheduled with max_loras 1 (batch_lora_cap, the crash)", Model("vtc", True),
+               3, two_adapters("Xs"), reference_like, "sat", replay="batch_lora_cap"),
+    TraceCheck("timeslice+skip: 2 adapters running with max_loras 1", Model("timeslice", True), 2,
+               two_adapters("R3"), max_loras_is(1), "unsat"),
+    TraceCheck("timeslice+skip: 2 adapters scheduled with max_loras 1", Model("timeslice", True), 3,
+               two_adapters("Xs"), max_loras_is(1), "unsat"),
 )
 
 
@@ -905,7 +979,8 @@ def run_trace(tc: TraceCheck, timeout_ms: int = 60_000) -> Outcome:
     ok = v == tc.expect
     detail = f"expected {tc.expect}, got {v}"
     if ok and mod is not None and tc.replay is not None:
-        ok, how = replay_trace(tc, mod, sy, steps)
+        replay = replay_arrivals if tc.replay == "fifo_within_adapter" else replay_trace
+        ok, how = replay(tc, mod, sy, steps)
         detail += f"; replay in policy/: {how}"
     return Outcome(tc.model.label, "trace", f"[{tc.name}] depth {tc.depth}",
                    ("sat" if v == "sat" else "ok") if ok else ("unknown" if v == "unknown" else "fail"),
@@ -972,6 +1047,51 @@ def replay_trace(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[Step]
     v = report.first.get(prop)
     shape = (f"{len(reqs)} requests, adapters {[q.adapter for q in reqs]}, arrivals {[q.arrival for q in reqs]}, "
              f"skips {{{', '.join(f'{k}: {sorted(v)}' for k, v in skips.items())}}}")
+    return v is not None, f"{shape}: {v if v else 'no ' + prop + ' violation in the reference'}"
+
+
+def replay_arrivals(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[Step]) -> tuple[bool, str]:
+    """Replay a trace of an `exact_drainer`-like model: every request the
+    trace makes arrive, at its step (in `seq` order), with the trace's
+    adapter and max_tokens, a one-token prompt; max_loras and
+    starvation_steps the trace's, seats and budget ample. The reference
+    (`policy.core.Scheduler` with the gate) runs it to completion and
+    `spec.check.check_trace` (the Observer) must report `tc.replay`."""
+    import os
+    import tempfile
+
+    from lora_sched.policy.driver import Workload, run
+    from lora_sched.spec.check import check_trace
+    from lora_sched.spec.config import Config
+    from lora_sched.spec.request import Request
+
+    prop = tc.replay
+    assert prop is not None
+    g = sy.g
+    univ = mod.get_universe(g.req) or []
+
+    def val(e: z3.ExprRef) -> int:
+        return mod.eval(e, model_completion=True).as_long()
+
+    ad_ids: dict[str, int] = {str(mod.eval(g.base, model_completion=True)): 0}
+    reqs: list[Request] = []
+    for i, st in enumerate(steps):
+        new = sorted((x for x in univ if z3.is_true(mod.eval(st.arrive(x), model_completion=True))),
+                     key=lambda x: val(g.seq(x)))
+        for x in new:
+            a = str(mod.eval(g.adapter(x), model_completion=True))
+            ad_ids.setdefault(a, len(ad_ids))
+            reqs.append(Request(f"u{len(reqs)}", ad_ids[a], 1, val(g.mt(x)), i + 1))
+    cfg = Config(max_loras=val(g.M), max_num_seqs=64, max_num_batched_tokens=256, starvation_steps=val(g.S),
+                 policy=tc.model.policy)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.jsonl")
+        run(cfg, Workload(reqs), trace_path=path)
+        report = check_trace(path)
+    v = report.first.get(prop)
+    shape = (f"{len(reqs)} requests, adapters {[q.adapter for q in reqs]}, max_tokens "
+             f"{[q.max_tokens for q in reqs]}, arrivals {[q.arrival for q in reqs]}, "
+             f"starvation_steps {cfg.starvation_steps}")
     return v is not None, f"{shape}: {v if v else 'no ' + prop + ' violation in the reference'}"
 
 

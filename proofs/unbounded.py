@@ -309,6 +309,7 @@ class Step:
         self.syms["rem"] = z3.Function(f"rem#{t}", g.ad, Z)  # drainer: max remaining output of D's adapters
         self.syms["vc"] = z3.Function(f"vc#{t}", g.req, Z)  # vtc: the counter of r's adapter when visited
         self.syms["starve"] = z3.Bool(f"starve#{t}")  # drainer: some waiting request waited > S
+        self.syms["keep"] = z3.Bool(f"keep#{t}")  # drainer: a step without a scan keeps the draining set
         self.syms["ahead"] = z3.Function(f"ahead#{t}", g.req, g.req, B)
         self.syms["so"] = z3.Function(f"so#{t}", g.req, g.req, B)
         self.syms["Cb"] = z3.Function(f"Cb#{t}", g.req, g.ad, B)
@@ -566,7 +567,10 @@ def _field_rules(g: Sig, st: Step) -> list[z3.BoolRef]:
             _fa([r], z3.Implies(z3.And(st.R2(r), g.lora(r), s.drain(g.adapter(r))), st.D(g.adapter(r)))),
             # rem: the largest remaining output among the adapter's running requests (stats L76-99)
             _fa([r], z3.Implies(z3.And(st.R2(r), st.D(g.adapter(r))), st.left(r) <= st.rem(g.adapter(r)))),
-            _fa([a], p.drain(a) == st.D(a)),
+            # the state keeps D; a step without a scan (preemption) may keep the old set
+            # (SGLang updates it only when it looks at the waiting queue)
+            z3.Implies(st.keep, st.noscan),
+            _fa([a], p.drain(a) == z3.If(st.keep, s.drain(a), st.D(a))),
         ]
     if m.policy == "timeslice":
         keep = [] if m.mutant == "evict_in_use" else [
@@ -1143,6 +1147,38 @@ MUTANT_RUNS: tuple[tuple[str, bool, str], ...] = (
 )
 
 
+def manifest_result(policy: str, prop: str, *, skip: bool = False, timeout_ms: int = 60_000):  # -> engine.Result
+    """One any-size verdict as `proofs/manifest.json` pins it (method
+    `unbounded`): "proved" (depth 1: the invariant is inductive) when every
+    init and preservation obligation and `Inv ∧ step ⇒ prop` are unsat and
+    the step is not vacuous; "cex" when `prop` fails with an exact violation
+    from an invariant state AND a sat trace of `TRACES` reaches it from init
+    (depth = that trace's depth; `replay_ok` = its replay in `policy/`);
+    "cti" when it fails without such a trace; "unknown" when Z3 gives up."""
+    from lora_sched.proofs import engine
+
+    m = Model(policy, skip)
+    t0 = time.monotonic()
+    outs = prove(m, props=(prop,), timeout_ms=timeout_ms)
+    bad = [o for o in outs if o.kind != "safety" and o.verdict not in ("ok", "sat")]
+    (safety,) = [o for o in outs if o.kind == "safety"]
+    if any(o.verdict == "unknown" for o in outs):
+        return engine.Result(policy, prop, "unknown", 1, time.monotonic() - t0, reason="z3 unknown")
+    if bad:
+        return engine.Result(policy, prop, "cti", 1, time.monotonic() - t0, detail="; ".join(o.line() for o in bad))
+    n_inv = sum(o.kind == "preserves" for o in outs)
+    if safety.verdict == "ok":
+        return engine.Result(policy, prop, "proved", 1, time.monotonic() - t0,
+                             detail=f"{n_inv} invariants, inductive")
+    for tc in TRACES:
+        if tc.model == m and tc.replay == prop and tc.expect == "sat":
+            o = run_trace(tc, timeout_ms)
+            return engine.Result(policy, prop, "cex", tc.depth, time.monotonic() - t0,
+                                 detail=f"{safety.detail}; {o.detail}", replay_ok=o.verdict == "sat")
+    return engine.Result(policy, prop, "cti", 1, time.monotonic() - t0,
+                         detail=f"{safety.detail}; no sat trace from init in TRACES")
+
+
 def run_mutant(policy: str, skip: bool, mutant: str, timeout_ms: int = 60_000) -> list[Outcome]:
     """The properties the mutant must break, with the invariants assumed."""
     return [o for o in prove(Model(policy, skip, mutant), props=MUTANTS[mutant][1], timeout_ms=timeout_ms)
@@ -1287,6 +1323,7 @@ class CrossResult:
     preemptions: int = 0
     skipped: int = 0
     cap_skips: int = 0  # waiting requests left by the LoRA cap or fair's guard
+    gate_holds: int = 0  # ... by a field gate's own rule (drainer's tolerance, timeslice's inactive, vtc's stop)
     unknown: int = 0  # steps Z3 did not decide within the timeout (not failures, not checked)
     throttled: int = 0  # steps run with the DP prefill throttle
     throttle_holds: int = 0  # waiting requests the throttle stopped the scan at
@@ -1369,6 +1406,7 @@ def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int =
             out.preemptions += len(rec.preempted)
             out.skipped += len(skips)
             out.cap_skips += sum(1 for why in rec.holds.values() if why in ("lora_cap", "lora_stop", "fair_guard"))
+            out.gate_holds += sum(1 for why in rec.holds.values() if why in ("drainer", "timeslice", "vtc_stop"))
             if res == z3.unknown:
                 out.unknown += 1
                 continue
@@ -1410,7 +1448,22 @@ def _snapshot(sched: object) -> dict:
             "arr": {r: rs.req.arrival for r, rs in st.reqs.items()},
             "seq": {r: rs.seq for r, rs in st.reqs.items()},
             "adapter": {r: rs.req.adapter for r, rs in st.reqs.items()},
-            "star": getattr(guard, "star", None)}
+            "star": getattr(guard, "star", None),
+            "gen": {r: rs.generated for r, rs in st.reqs.items()},
+            **_gate_snapshot(getattr(sched, "gate", None))}
+
+
+def _gate_snapshot(gate: object) -> dict:
+    """The field's gates' state: drainer's draining adapters, timeslice's
+    active adapters (in its list order), vtc's counters."""
+    out: dict = {}
+    if hasattr(gate, "stats") and getattr(gate, "name", "") == "drainer":
+        out["drain"] = {a for a, s in gate.stats.items() if s.draining_for is not None}  # type: ignore[attr-defined]
+    if getattr(gate, "name", "") == "timeslice":
+        out["active"] = list(gate.active)  # type: ignore[attr-defined]
+    if getattr(gate, "name", "") == "vtc":
+        out["served"] = dict(gate.served)  # type: ignore[attr-defined]
+    return out
 
 
 def _pins(sy: System, reqs: list, ads: list, wl: list, before: dict, after: dict, cfg: object, step: int,
@@ -1426,6 +1479,8 @@ def _pins(sy: System, reqs: list, ads: list, wl: list, before: dict, after: dict
     preempted = set(rec.preempted)  # type: ignore[attr-defined]
     finished = after["finished"] - before["finished"]  # async: the previous step's output lands now
     slots: dict[int, int] = {}
+    if "active" in before:  # timeslice: the ghost slot numbers the active adapters
+        slots = {a: i for i, a in enumerate(before["active"])}
     for r in before["running"]:
         a = before["adapter"][r]
         if a > 0 and a not in slots:
@@ -1434,7 +1489,7 @@ def _pins(sy: System, reqs: list, ads: list, wl: list, before: dict, after: dict
     for i, r in enumerate(wl):
         e = reqs[i]
         cs += [g.adapter(e) == ads[r.adapter], g.prio(e) == r.priority,
-               g.seq(e) == after["seq"].get(r.id, 1000 + i)]
+               g.seq(e) == after["seq"].get(r.id, 1000 + i), g.mt(e) == r.max_tokens, g.prompt(e) == r.prompt_tokens]
         for snap, s in ((before, s0), (after, s1)):
             arrived = r.id in snap["adapter"]
             cs += [s.arrived(e) == arrived, s.W(e) == (r.id in snap["waiting"]),
@@ -1442,7 +1497,7 @@ def _pins(sy: System, reqs: list, ads: list, wl: list, before: dict, after: dict
                    s.X(e) == (r.id in snap["aborted"]), s.ever(e) == (r.id in snap["ever"]),
                    s.star(e) == (snap["star"] == r.id and r.id in snap["waiting"])]
             if arrived:
-                cs += [s.ws(e) == snap["ws"][r.id], s.arr(e) == snap["arr"][r.id]]
+                cs += [s.ws(e) == snap["ws"][r.id], s.arr(e) == snap["arr"][r.id], s.gen(e) == snap["gen"][r.id]]
         if r.id in seats:
             cs.append(s0.seat(e) == seats[r.id])
         cs += [st.arrive(e) == (r.id in arrived_now), st.abort(e) == (r.id in aborted_now),
@@ -1451,6 +1506,14 @@ def _pins(sy: System, reqs: list, ads: list, wl: list, before: dict, after: dict
         if r.id in scheduled:
             cs.append(st.tok(e) == scheduled[r.id])
     cs += [s0.slot(ads[a]) == k for a, k in slots.items()]
+    for snap, s in ((before, s0), (after, s1)):  # the field's gates' state, pinned
+        for a in range(len(ads)):
+            if "drain" in snap:
+                cs.append(s.drain(ads[a]) == (a in snap["drain"]))
+            if "active" in snap:
+                cs.append(s.act(ads[a]) == (a in snap["active"]))
+            if "served" in snap:
+                cs.append(s.cnt(ads[a]) == int(snap["served"].get(a, 0)))
     return cs
 
 

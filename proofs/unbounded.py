@@ -997,7 +997,8 @@ def replay_trace(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[Step]
 
     The workload keeps the requests the trace admits, each arriving at the
     step that admits it (in scan order), a request the trace finishes is
-    aborted at the next step, and the running requests the trace leaves
+    aborted at the next step, one the trace aborts is aborted at that step,
+    and the running requests the trace leaves
     unscheduled are the skips. Prompts and outputs are long (8 and 8 tokens)
     and budget and seats ample, so the reference admits every request of the
     workload the LoRA gate lets in: the same sets as the trace when the trace
@@ -1039,6 +1040,9 @@ def replay_trace(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[Step]
         for x in univ:
             if str(x) in name and true(st.fin(x)):
                 aborts[name[str(x)]] = i + 2
+        for x in univ:  # a client abort in the trace (of a request admitted earlier)
+            if str(x) in name and true(st.abort(x)):
+                aborts[name[str(x)]] = i + 1
     end = len(steps) + 1
     for q in reqs:
         aborts.setdefault(q.id, end)  # stop the run right after the trace
@@ -1323,6 +1327,7 @@ class CrossResult:
     preemptions: int = 0
     skipped: int = 0
     cap_skips: int = 0  # waiting requests left by the LoRA cap or fair's guard
+    drains: int = 0  # steps that began with a draining adapter (drainer)
     gate_holds: int = 0  # ... by a field gate's own rule (drainer's tolerance, timeslice's inactive, vtc's stop)
     unknown: int = 0  # steps Z3 did not decide within the timeout (not failures, not checked)
     throttled: int = 0  # steps run with the DP prefill throttle
@@ -1334,7 +1339,8 @@ class CrossResult:
 def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int = 3, seed: int = 0,
                skip: bool = False, async_scheduling: bool = False, kv_blocks: int | None = None,
                queue: str = "fcfs", horizon: int = 14, timeout_ms: int = 20_000,
-               model: Model | None = None, max_prompt: int = 3) -> CrossResult:
+               model: Model | None = None, max_prompt: int = 3, max_output: int = 3,
+               last_arrival: int = 4) -> CrossResult:
     """Bounded instance against the reference: instantiate the sorts with the
     R requests and A+1 adapters (0 = base) of random runs of
     `policy.core.Scheduler` (`z3.EnumSort`) and check at every step that the
@@ -1374,8 +1380,8 @@ def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int =
                      queue=queue, async_scheduling=async_scheduling, policy=policy,
                      starvation_steps=rng.randint(0, 2))
         sched = Scheduler(cfg, make_gate(policy))
-        arrivals = sorted(rng.randint(1, 4) for _ in ids)
-        wl = [Request(ids[i], rng.randint(0, adapters), rng.randint(1, max_prompt), rng.randint(1, 3), arrivals[i],
+        arrivals = sorted(rng.randint(1, last_arrival) for _ in ids)
+        wl = [Request(ids[i], rng.randint(0, adapters), rng.randint(1, max_prompt), rng.randint(1, max_output), arrivals[i],
                       priority=rng.randint(0, 1) if queue == "priority" else 0) for i in range(requests)]
         for step in range(1, horizon + 1):
             before = _snapshot(sched)
@@ -1406,6 +1412,7 @@ def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int =
             out.preemptions += len(rec.preempted)
             out.skipped += len(skips)
             out.cap_skips += sum(1 for why in rec.holds.values() if why in ("lora_cap", "lora_stop", "fair_guard"))
+            out.drains += bool(before.get("drain"))
             out.gate_holds += sum(1 for why in rec.holds.values() if why in ("drainer", "timeslice", "vtc_stop"))
             if res == z3.unknown:
                 out.unknown += 1

@@ -1349,9 +1349,14 @@ def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int =
     satisfies the invariant, to a state that satisfies it again. The
     abstraction: the pre-state's clock is the previous step (events of a step
     without a `schedule()` call belong to the next pre-state); pre-state ghosts number the running requests and their
-    adapters in running order; r* is fair's guard's r* while it is waiting;
-    everything the model leaves free (scan order, cap sets, post ghosts) is
-    found by Z3. `model` replaces the model matching `policy` (to show that
+    adapters in running order (timeslice: its active adapters in list
+    order); r* is fair's guard's r* while it is waiting; max_tokens, prompt
+    tokens and generated tokens, and the field gates' state (drainer's
+    draining adapters, timeslice's active set, vtc's counters, before and
+    after) are pinned from the reference; everything the model leaves free
+    (scan order, cap sets, post ghosts, drainer's `rem`, vtc's visit
+    counters) is found by Z3. Arrivals are in steps 1..`last_arrival`,
+    outputs 1..`max_output` tokens. `model` replaces the model matching `policy` (to show that
     a wrong model is caught). A failure means the model excludes a real behaviour (the
     over-approximation would be unsound) or the invariant is false on a
     reachable state."""
@@ -1381,8 +1386,8 @@ def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int =
                      starvation_steps=rng.randint(0, 2))
         sched = Scheduler(cfg, make_gate(policy))
         arrivals = sorted(rng.randint(1, last_arrival) for _ in ids)
-        wl = [Request(ids[i], rng.randint(0, adapters), rng.randint(1, max_prompt), rng.randint(1, max_output), arrivals[i],
-                      priority=rng.randint(0, 1) if queue == "priority" else 0) for i in range(requests)]
+        wl = [Request(ids[i], rng.randint(0, adapters), rng.randint(1, max_prompt), rng.randint(1, max_output),
+                      arrivals[i], priority=rng.randint(0, 1) if queue == "priority" else 0) for i in range(requests)]
         for step in range(1, horizon + 1):
             before = _snapshot(sched)
             arrive = [r for r in wl if r.arrival == step]

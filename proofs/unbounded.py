@@ -14,7 +14,7 @@ formula, see below), assert one named invariant of the post-state or one
 step property of `PROPERTIES`. `init ⇒ Inv`, `Inv ∧ step ⇒ Inv'` and
 `Inv ∧ step ⇒ P` unsat-checked one at a time, each printed as one timed line
 (`check_all`). Bounds: none on the sorts; runtime 0.01-0.5 s per obligation,
-about 1 s per model, on 2 cores (figures in `benchmark` and
+about 1 s per model (the field's gates 0.2-3 s), on 2 cores (figures in `benchmark` and
 docs/proofs-unbounded.md).
 
 Vocabulary (each state): `arrived W R F X ever star: Req -> Bool`
@@ -70,6 +70,44 @@ scheduling, limited or unlimited KV, chunked prefill on or off, any
   largest `before + tok`);
 * output: any scheduled request may finish (with `skip`, any running one or
   a preempted one with stale output: async applies the previous step's).
+
+The field's gates (`policy/drainer.py`, `timeslice.py`, `vtc.py`) take
+vLLM's cap (C0 = adapters of the scheduled running requests, a cap-blocked
+request skipped) and add their own rule:
+
+* `drainer` (SGLang's LoRADrainer): state `drain` (draining adapters) and
+  `gen` (output tokens generated, one more per step at most), rigid
+  `max_tokens`. The scan's draining set D holds only adapters with a running
+  request (cleared otherwise, L159-173), keeps every draining adapter that
+  still runs, and gains an adapter only when some waiting LoRA request has
+  waited more than S steps (`starve`; L101-157). `rem(a)` is the largest
+  `max_tokens - generated` among a's running requests (an ∀ bound and an ∃
+  witness). A request of a draining adapter is admitted only if
+  5·max_tokens <= 6·rem (`can_schedule`'s 1.2x, L175-190; the same as
+  SGLang's float test for every value up to 300), else skipped. Abstracted:
+  the slots-full condition and which running adapter becomes the victim
+  (fewest remaining tokens) are free choices; a step without a scan may
+  keep the old draining set. No FIFO invariant: the tolerance breaks it.
+* `timeslice` (LoRAX's adapter cycle): state `act` (active adapters), whose
+  ghost `slot` injects them into {0..M-1} (the while loop activates only
+  while fewer than M are active, L409-444). An active adapter with a running
+  request stays active (removal and cycling need "not in use", L349-394);
+  any other may be deactivated and any adapter activated into a free slot;
+  a LoRA request is admitted only if its adapter is active (else skipped),
+  then vLLM's cap applies. The scan visits per-adapter queues, each in
+  queue order. Abstracted: the pending queue's order, the slice length and
+  the cycle's "front adapter" choice, the oldest-head merge across adapters.
+  Since every running adapter is active, both caps hold with skips too.
+* `vtc` (virtual token counter): state `cnt` (counters, 0 at init, never
+  decreasing), rigid `prompt_tokens`. Each visited request has the counter
+  `vc` its adapter had when visited: the visit order never goes down in
+  `vc` (the least-served adapter first; counters only grow in a scan), an
+  adapter's next request has `vc` at least the previous one's plus its
+  prompt when never admitted (the input charge, L122-124), and every `vc`
+  is at least the adapter's counter before the scan (the lift and output
+  charges only raise it). Per-adapter queues in queue order; a cap-blocked
+  request stops the scan (VTC's `break`, like `blocking`). Abstracted: the
+  exact charges (lift, outputs), adapter-id tie breaks.
 
 Non-vacuity: per model, `Inv ∧ step` admits a new adapter beside a running
 one (sat; `VACUOUS_MUTANT` must fail it); `TRACES` are reachability checks

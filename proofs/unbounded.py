@@ -595,7 +595,7 @@ def _field_rules(g: Sig, st: Step) -> list[z3.BoolRef]:
             # one output token per step at most (a new request has none)
             _fa([r], z3.And(p.gen(r) >= gen0, p.gen(r) <= gen0 + 1)),
             # a starving request: waiting (at the scan) longer than S
-            st.starve == z3.Exists([r1], z3.And(st.W1(r1), g.lora(r1), t - st.ws1(r1) > g.S)),
+            z3.Implies(st.starve, z3.Exists([r1], z3.And(st.W1(r1), g.lora(r1), t - st.ws1(r1) > g.S))),
             # D: an adapter drains only while it has a running request (cleared
             # otherwise, L159-173), stays draining while it has one, and starts
             # draining only when some request starves (L101-157; which adapter
@@ -677,6 +677,7 @@ class System:
                      ad if ad is not None else z3.DeclareSort("Adapter"))
         self.s0, self.s1 = State(self.g, "0"), State(self.g, "1")
         self.step = Step(self.g, self.s0, self.s1, m, "0")
+        self.universe: list[z3.ExprRef] = []  # the request elements, when `req` is a finite EnumSort
 
     def inv(self, s: State) -> dict[str, z3.BoolRef]:
         return invariants(self.g, s, self.m)
@@ -709,9 +710,12 @@ class Outcome:
                 + (f" {self.detail}" if self.detail else ""))
 
 
-def _solve(facts: list[z3.BoolRef], timeout_ms: int) -> tuple[z3.CheckSatResult, z3.Solver, float]:
+def _solve(facts: list[z3.BoolRef], timeout_ms: int, seed: int | None = None,
+           ) -> tuple[z3.CheckSatResult, z3.Solver, float]:
     sv = z3.Solver()
     sv.set("timeout", timeout_ms)
+    if seed is not None:
+        sv.set("random_seed", seed)
     sv.add(facts)
     t0 = time.monotonic()
     r = sv.check()
@@ -861,9 +865,24 @@ def write_cti(o: Outcome, path: str) -> None:
 
 def trace(m: Model, depth: int, goal: Callable[[System, list[State], list[Step]], z3.BoolRef], *,
           extra: Callable[[Sig, list[Step]], list[z3.BoolRef]] | None = None, timeout_ms: int = 60_000,
+          universe: tuple[int, int] | None = None, seeds: int = 1,
           ) -> tuple[z3.CheckSatResult, float, z3.ModelRef | None, System, list[Step]]:
-    """Is a state satisfying `goal` reachable in `depth` steps from init?"""
-    sy = System(m)
+    """Is a state satisfying `goal` reachable in `depth` steps from init?
+    With `universe` = (R, A), in R requests and A adapters (`z3.EnumSort`:
+    a sat answer is still a trace of the model; Z3 instantiates the
+    quantifiers over the finite sorts, so its time does not swing with the
+    state of the Z3 context as MBQI's can); else over the uninterpreted sorts.
+    With `seeds` > 1, an `unknown` is retried with the next random seed
+    (a portfolio: MBQI's time on a sat query swings with the seed), each
+    try with `timeout_ms`; the time reported is the total."""
+    if universe is None:
+        sy = System(m)
+    else:
+        k = next(_ENUMS)
+        req_sort, elems = z3.EnumSort(f"TReq{k}", [f"q{i}_{k}" for i in range(universe[0])])
+        ad_sort, _ads = z3.EnumSort(f"TAd{k}", [f"b{i}_{k}" for i in range(universe[1])])
+        sy = System(m, req_sort, ad_sort)
+        sy.universe = list(elems)
     g = sy.g
     states = [State(g, f"t{i}") for i in range(depth + 1)]
     steps = [Step(g, states[i], states[i + 1], m, f"t{i}") for i in range(depth)]
@@ -871,8 +890,13 @@ def trace(m: Model, depth: int, goal: Callable[[System, list[State], list[Step]]
     for st in steps:
         facts += transition(g, st)
     facts.append(goal(sy, states, steps))
-    r, sv, dt = _solve(facts, timeout_ms)
-    return r, dt, (sv.model() if r == z3.sat else None), sy, steps
+    total = 0.0
+    for seed in range(seeds):
+        r, sv, dt = _solve(facts, timeout_ms, seed if seeds > 1 else None)
+        total += dt
+        if r != z3.unknown:
+            break
+    return r, total, (sv.model() if r == z3.sat else None), sy, steps
 
 
 def reference_like(g: Sig, steps: list[Step]) -> list[z3.BoolRef]:
@@ -910,8 +934,9 @@ def exact_drainer(g: Sig, steps: list[Step]) -> list[z3.BoolRef]:
     max_tokens <= 40); ample seats and budget (no stop); and, with one slot,
     the one running adapter starts draining as soon as a request starves
     (SGLang marks it, L101-157)."""
-    r = g.r("r")
-    out = [g.M == 1, _fa([r], z3.And(g.prio(r) == 0, g.mt(r) <= 40))]
+    r, r1 = g.r("r"), g.r("r1")
+    out = [g.M == 1, _fa([r], z3.And(g.prio(r) == 0, g.mt(r) <= 40)),
+           _fa([r, r1], z3.Implies(r != r1, g.seq(r) != g.seq(r1)))]  # the replay's arrival order
     for st in steps:
         gen0 = z3.If(st.arrive(r), 0, st.pre.gen(r))
         out += [st.t == st.pre.step + 1, z3.Not(st.noscan),
@@ -919,8 +944,11 @@ def exact_drainer(g: Sig, steps: list[Step]) -> list[z3.BoolRef]:
                                 z3.Implies(st.R1(r), st.sched(r)),
                                 z3.Implies(st.Xs(r), st.tok(r) == 1),
                                 st.post.gen(r) == z3.If(st.Xs(r), gen0 + 1, gen0),
-                                st.fin(r) == z3.And(st.Xs(r), st.post.gen(r) == g.mt(r)),
-                                z3.Implies(z3.And(st.starve, st.R2(r), g.lora(r)), st.D(g.adapter(r)))))]
+                                st.fin(r) == z3.And(st.Xs(r), st.post.gen(r) == g.mt(r)))),
+                _fa([r, r1], z3.Implies(z3.And(st.W1(r1), g.lora(r1), st.t - st.ws1(r1) > g.S, st.R2(r), g.lora(r)),
+                                        z3.And(st.starve, st.D(g.adapter(r))))),
+                # the drainer scans the waiting queue in order (no preemption: arrival order)
+                _fa([r, r1], z3.Implies(z3.And(st.W1(r), st.W1(r1)), st.ahead(r, r1) == (g.seq(r) < g.seq(r1))))]
     return out
 
 
@@ -965,7 +993,11 @@ class TraceCheck:
     expect: str  # sat | unsat
     props: tuple[str, ...] = CAP_PROPERTIES  # the properties it gives evidence about
     replay: str | None = None  # a sat trace violating this property must replay in the reference
+    universe: tuple[int, int] | None = None  # (requests, adapters): a trace in a finite universe (`trace`)
+    seeds: int = 1  # random seeds tried in turn while Z3 answers unknown (`trace`)
 
+
+TRY_MS = 8_000  # per seed, for a trace with `seeds` > 1
 
 TRACES = (
     # non-vacuity: the cap is reached and blocks a third adapter
@@ -987,26 +1019,26 @@ TRACES = (
                two_adapters("Xs"), max_loras_is(1), "unsat"),
     # the field's gates: the cap is reached and used, each gate's own rule acts
     TraceCheck("drainer: 2 adapters running, a 3rd cap-blocked (max_loras 2)", Model("drainer"), 2,
-               cap_blocked_at_full, None, "sat"),
+               cap_blocked_at_full, None, "sat", seeds=4),
     TraceCheck("timeslice: 2 adapters running, a 3rd cap-blocked (max_loras 2)", Model("timeslice"), 2,
-               cap_blocked_at_full, None, "sat"),
+               cap_blocked_at_full, None, "sat", seeds=4),
     TraceCheck("vtc: 2 adapters running, a 3rd cap-blocked (max_loras 2)", Model("vtc"), 2,
-               cap_blocked_at_full, None, "sat"),
+               cap_blocked_at_full, None, "sat", seeds=4),
     TraceCheck("timeslice: an adapter is cycled out and another admitted (max_loras 1)", Model("timeslice"), 3,
-               timeslice_cycles, None, "sat"),
+               timeslice_cycles, None, "sat", seeds=4),
     TraceCheck("vtc: the least-served adapter's blocked head stops the scan (max_loras 1)", Model("vtc"), 2,
-               vtc_stops_behind_least_served, None, "sat"),
+               vtc_stops_behind_least_served, None, "sat", seeds=4),
     # drainer's tolerance admits a short request past a long one: a reachable violation
     TraceCheck("drainer: a draining adapter admits a short request past a long one (fifo_within_adapter)",
                Model("drainer"), 2, violates_fifo, exact_drainer, "sat", ("fifo_within_adapter",),
-               replay="fifo_within_adapter"),
+               replay="fifo_within_adapter", seeds=6),
     # vLLM's scheduled-only cap under a skipped running request (drainer, vtc), not timeslice's active set
     TraceCheck("drainer+skip: 2 adapters running with max_loras 1 (running_lora_cap)", Model("drainer", True), 2,
-               two_adapters("R3"), reference_like, "sat", replay="running_lora_cap"),
+               two_adapters("R3"), reference_like, "sat", replay="running_lora_cap", seeds=4),
     TraceCheck("vtc+skip: 2 adapters running with max_loras 1 (running_lora_cap)", Model("vtc", True), 2,
-               two_adapters("R3"), reference_like, "sat", replay="running_lora_cap"),
+               two_adapters("R3"), reference_like, "sat", replay="running_lora_cap", seeds=4),
     TraceCheck("vtc+skip: 2 adapters scheduled with max_loras 1 (batch_lora_cap, the crash)", Model("vtc", True),
-               3, two_adapters("Xs"), reference_like, "sat", replay="batch_lora_cap"),
+               3, two_adapters("Xs"), reference_like, "sat", replay="batch_lora_cap", seeds=4),
     TraceCheck("timeslice+skip: 2 adapters running with max_loras 1", Model("timeslice", True), 2,
                two_adapters("R3"), max_loras_is(1), "unsat"),
     TraceCheck("timeslice+skip: 2 adapters scheduled with max_loras 1", Model("timeslice", True), 3,
@@ -1016,7 +1048,9 @@ TRACES = (
 
 def run_trace(tc: TraceCheck, timeout_ms: int = 60_000) -> Outcome:
     """One reachability check; a violating sat trace is also replayed (`replay_trace`)."""
-    r, dt, mod, sy, steps = trace(tc.model, tc.depth, tc.goal, extra=tc.extra, timeout_ms=timeout_ms)
+    r, dt, mod, sy, steps = trace(tc.model, tc.depth, tc.goal, extra=tc.extra,
+                                  timeout_ms=timeout_ms if tc.seeds == 1 else min(timeout_ms, TRY_MS),
+                                  universe=tc.universe, seeds=tc.seeds)
     v = "sat" if r == z3.sat else ("unsat" if r == z3.unsat else "unknown")
     ok = v == tc.expect
     detail = f"expected {tc.expect}, got {v}"
@@ -1053,7 +1087,7 @@ def replay_trace(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[Step]
     prop = tc.replay
     assert prop is not None
     g = sy.g
-    univ = mod.get_universe(g.req) or []
+    univ = sy.universe or mod.get_universe(g.req) or []
 
     def true(e: z3.ExprRef) -> bool:
         return z3.is_true(mod.eval(e, model_completion=True))
@@ -1114,7 +1148,7 @@ def replay_arrivals(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[St
     prop = tc.replay
     assert prop is not None
     g = sy.g
-    univ = mod.get_universe(g.req) or []
+    univ = sy.universe or mod.get_universe(g.req) or []
 
     def val(e: z3.ExprRef) -> int:
         return mod.eval(e, model_completion=True).as_long()

@@ -94,14 +94,22 @@ def test_vacuous_step_is_caught() -> None:
     assert [o.verdict for o in outs if o.kind == "trace"] == ["fail"]
 
 
-@pytest.mark.parametrize("tc", u.TRACES, ids=[t.name for t in u.TRACES])
-def test_sat_traces(tc: u.TraceCheck) -> None:
+@functools.cache
+def _traced(i: int) -> u.Outcome:
+    return u.run_trace(u.TRACES[i])
+
+
+@pytest.mark.parametrize("i", range(len(u.TRACES)), ids=[t.name for t in u.TRACES])
+def test_sat_traces(i: int) -> None:
     """Reachability from init: the cap is reached and blocks a third adapter
     (the model is not vacuous); vLLM's scheduled-only cap set under a skipped
     running request reaches two adapters with max_loras 1 (depth 2) and the
     crash shape, two adapters in one batch (depth 3); fair and vllm without
-    the skip do not within depth 2."""
-    o = u.run_trace(tc)
+    the skip do not within depth 2. The field's gates: each reaches the cap;
+    timeslice cycles an adapter; vtc stops behind its least-served client;
+    drainer breaks FIFO, drainer and vtc break the caps with skips (all
+    replayed in `policy/`); timeslice keeps them with skips."""
+    o = _traced(i)
     assert o.verdict in ("ok", "sat"), o.line()
 
 
@@ -131,13 +139,12 @@ CROSS = [
     ("fair", dict(skip=True, queue="priority", kv_blocks=4, seed=1)),
     ("fair", dict(skip=True, max_prompt=8, seed=4)),  # long prompts: the DP throttle stops scans
     # the field's gates, on seeds whose runs hit each gate's own rule (drains, tolerance holds,
-    # inactive adapters, vtc's stop), with and without async scheduling and skips
+    # inactive adapters, vtc's stop): with async scheduling and skips, and the drainer (whose
+    # model adds the most) synchronous too
     ("drainer", dict(requests=7, adapters=2, max_output=8, last_arrival=10, horizon=16, seed=20)),
     ("drainer", dict(skip=True, async_scheduling=True, kv_blocks=6, requests=7, adapters=2, max_output=8,
                      last_arrival=10, horizon=16, seed=29)),
-    ("timeslice", dict(requests=8, seed=3)),
     ("timeslice", dict(skip=True, async_scheduling=True, kv_blocks=6, requests=8, seed=3)),
-    ("vtc", dict(requests=8, seed=3)),
     ("vtc", dict(skip=True, async_scheduling=True, kv_blocks=8, requests=8, seed=3)),
 ]
 
@@ -181,7 +188,7 @@ def test_crosscheck_covers_the_field_gates(gate: str) -> None:
     with the reference, with the gate's state (draining set, active set,
     counters) pinned from `policy/`."""
     rs = [_cross(i) for i, (p, _) in enumerate(CROSS) if p == gate]
-    assert len(rs) == 2 and all(r.failures == [] for r in rs)
+    assert rs and all(r.failures == [] for r in rs)
     assert sum(r.gate_holds for r in rs) > 0
     if gate == "drainer":
         assert sum(r.drains for r in rs) > 0
@@ -229,8 +236,8 @@ def test_drainer_fifo_counterexample_replays() -> None:
     from lora_sched.policy import claims
     from lora_sched.spec.config import Config
 
-    tc = next(t for t in u.TRACES if t.model == u.Model("drainer") and t.replay == "fifo_within_adapter")
-    o = u.run_trace(tc)
+    i = next(i for i, t in enumerate(u.TRACES) if t.model == u.Model("drainer") and t.replay == "fifo_within_adapter")
+    o = _traced(i)
     assert o.verdict == "sat", o.line()
     assert "fifo_within_adapter: VIOLATED" in o.detail, o.detail
     assert "fifo_within_adapter" not in claims("drainer", Config(policy="drainer"))

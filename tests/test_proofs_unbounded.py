@@ -286,3 +286,17 @@ def test_cli_unbounded(capsys: pytest.CaptureFixture[str]) -> None:
     assert "preserves invariant fifo_state ... ok." in out
     assert "mutant scan_order_free on vllm: safety fifo_within_adapter ... caught (fails)." in out
     assert "all ok!" in out
+
+
+def test_cli_unbounded_field_gate(capsys: pytest.CaptureFixture[str]) -> None:
+    """`prove --unbounded --policy timeslice` checks the gate's two models,
+    its traces and its planted bugs; without --unbounded the bounded
+    checker refuses the gate (exit 2)."""
+    rc = cli_main(["prove", "--unbounded", "--policy", "timeslice"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "checking timeslice+skip (any number of requests and adapters):" in out
+    assert "preserves invariant active_running ... ok." in out
+    assert "mutant evict_in_use on timeslice+skip: safety running_lora_cap ... caught (fails)." in out
+    assert "all ok!" in out
+    assert cli_main(["prove", "--policy", "timeslice"]) == 2

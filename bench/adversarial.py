@@ -37,8 +37,8 @@ from lora_sched.policy.fair import observed_bound
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
 
-SEARCH_POLICIES = ("fair", "fair_cohort", "fair_drain", "fair_lrw", "drainer", "timeslice", "vtc")
-BOUND_POLICIES = ("fair", "fair_cohort", "fair_drain", "fair_lrw")
+SEARCH_POLICIES = ("fair", "drainer", "timeslice", "vtc")
+BOUND_POLICIES = ("fair",)
 LIMITS = {"max_loras": (1, 4), "max_num_seqs": (1, 32), "max_num_batched_tokens": (4, 256),
           "n": (2, 48), "adapters": (0, 6), "prompt": (1, 32), "output": (1, 32), "arrival": (1, 40)}
 
@@ -146,12 +146,14 @@ def climb(policy: str, objective: str, start: Instance, rng: random.Random,
 
 
 def search(policies: tuple[str, ...] = SEARCH_POLICIES, *, iters: int = 250, restarts: int = 2,
-           seed: int = 0, out_dir: Path = FAMILY_DIR) -> list[dict]:
-    """Hill-climb each (policy, objective); save the worst workload of each as a family."""
+           seed: int | str = 0, out_dir: Path = FAMILY_DIR, objectives: tuple[str, ...] | None = None,
+           suffix: str = "") -> list[dict]:
+    """Hill-climb each (policy, objective); save the worst workload of each as a
+    family `adv-POLICY-OBJECTIVE[-SUFFIX]` (objectives: all that apply by default)."""
     rows = []
     for policy in policies:
-        objectives = ["throughput", "wait"] + (["bound"] if policy in BOUND_POLICIES else [])
-        for objective in objectives:
+        applies = ["throughput", "wait"] + (["bound"] if policy in BOUND_POLICIES else [])
+        for objective in [o for o in applies if objectives is None or o in objectives]:
             rng = random.Random(f"{seed}-{policy}-{objective}")
             found: tuple[Instance, Evaluation] | None = None
             for k in range(restarts):
@@ -161,7 +163,7 @@ def search(policies: tuple[str, ...] = SEARCH_POLICIES, *, iters: int = 250, res
                     found = (inst, ev)
             assert found is not None
             inst, ev = found
-            name = f"adv-{policy}-{objective}"
+            name = f"adv-{policy}-{objective}" + (f"-{suffix}" if suffix else "")
             found_by = {"policy": policy, "objective": objective, "iters": iters, "restarts": restarts,
                         "seed": seed, "ratio_steps": ev.ratio, "wait": ev.wait, "vllm_wait": ev.vllm_wait,
                         "bound": ev.bound}

@@ -47,7 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     adv = parser.add_argument_group("adversarial / frontier / optimum modes")
     adv.add_argument("--iters", type=int, default=250, help="hill-climbing steps per restart")
     adv.add_argument("--restarts", type=int, default=2, help="restarts per (policy, objective)")
-    adv.add_argument("--seed", type=int, default=0, help="search seed")
+    adv.add_argument("--seed", default="0", help="search seed (any string)")
+    adv.add_argument("--search-policies", default=None,
+                     help="--adversarial: comma-separated policies (default: all it searches)")
+    adv.add_argument("--objectives", default=None,
+                     help="--adversarial: comma-separated objectives of throughput,wait,bound (default: all)")
+    adv.add_argument("--suffix", default="", help="--adversarial: family names end in -SUFFIX")
     adv.add_argument("--families-dir", default=None, help="where families are saved / read (default bench/families)")
     live = parser.add_argument_group("live mode (--live)")
     live.add_argument("--live-prompts", type=int, default=LIVE_PROMPTS, help="requests per policy (--num-prompts)")
@@ -191,7 +196,17 @@ def main_search(args: argparse.Namespace, out: Path) -> int:
     report: dict = {"command": "bench", "seed": args.seed}
     progress(f"seed {args.seed}, families in {fam_dir}")
     if args.adversarial:
-        rows = search(iters=args.iters, restarts=args.restarts, seed=args.seed, out_dir=fam_dir)
+        from lora_sched.bench.adversarial import SEARCH_POLICIES
+        pols = tuple(args.search_policies.split(",")) if args.search_policies else SEARCH_POLICIES
+        objs = tuple(args.objectives.split(",")) if args.objectives else None
+        unknown = [p for p in pols if p not in SEARCH_POLICIES] + \
+            [o for o in objs or () if o not in ("throughput", "wait", "bound")]
+        if unknown:
+            print(f"error: --search-policies / --objectives: unknown {', '.join(unknown)}")
+            return 2
+        seed: int | str = int(args.seed) if args.seed.isdigit() else args.seed
+        rows = search(pols, iters=args.iters, restarts=args.restarts, seed=seed, out_dir=fam_dir,
+                      objectives=objs, suffix=args.suffix)
         report["adversarial"] = rows
         print_rows(rows)
     if args.frontier:
@@ -226,7 +241,7 @@ def main_optimum(args: argparse.Namespace, out: Path) -> int:
     from lora_sched.spec.config import Config
     from lora_sched.spec.request import Request
 
-    if args.optimum not in ("fair", "fair_cohort", "fair_drain", "fair_lrw", "drainer", "timeslice", "vtc"):
+    if args.optimum not in ("fair", "drainer", "timeslice", "vtc"):
         print(f"error: --optimum: unknown policy {args.optimum!r}")
         return 2
     progress(f"seed {args.seed}: hill climbing a small instance against {args.optimum} ({args.iters} steps)")
@@ -235,7 +250,7 @@ def main_optimum(args: argparse.Namespace, out: Path) -> int:
     reqs = [Request(**q) for q in found["requests"]]
     hi = max(found["wait"], found["vllm"]["wait"]) + 2
     gap = gap_table(cfg, reqs, list(range(0, hi + 1, 2)),
-                    policies=("fair", "fair_cohort", "fair_drain", "fair_lrw", "drainer", "timeslice", "vtc"))
+                    policies=("fair", "drainer", "timeslice", "vtc"))
     print(f"== Best schedule under a wait bound (exhaustive search), worst small instance for {args.optimum} ==")
     print(f"config: max_loras {cfg.max_loras}, max_num_seqs {cfg.max_num_seqs}, "
           f"max_num_batched_tokens {cfg.max_num_batched_tokens}, knob (starvation_steps) {cfg.starvation_steps}")

@@ -28,7 +28,7 @@ from lora_sched.spec.request import Request
 
 KNOBS = (0, 4, 8, 16, 32, 64)
 DEFAULT_KNOB = 16  # Config.starvation_steps
-KNOBBED = ("fair", "fair_cohort", "fair_drain", "fair_lrw", "drainer", "timeslice")
+KNOBBED = ("fair", "drainer", "timeslice")
 FRONTIER_POLICIES = ("vllm", *KNOBBED, "vtc")
 
 
@@ -90,7 +90,3 @@ def print_table(result: dict[str, list[dict]], policies: tuple[str, ...] = FRONT
             print(f"{policy:13}{dcell:>18}{bcell:>24}")
     print("\nfair at S = 16, ratio per family: " + ", ".join(
         f"{n}: {default_point(p, 'fair')['ratio']:.3f}" for n, p in result.items()))
-    for proto in ("fair_cohort", "fair_drain", "fair_lrw"):
-        if all(default_point(p, proto) for p in result.values()):
-            print(f"{proto} at S = 16, ratio per family: " + ", ".join(
-                f"{n}: {default_point(p, proto)['ratio']:.3f}" for n, p in result.items()))

@@ -15,8 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from lora_sched.bench.simulate import PolicyRun  # noqa: E402
 
 COLORS = {"blocking": "tab:red", "vllm": "tab:blue", "fair": "tab:green", "drainer": "tab:orange",
-          "timeslice": "tab:purple", "vtc": "tab:brown", "fair_cohort": "tab:cyan", "fair_drain": "tab:pink",
-          "fair_lrw": "tab:gray"}
+          "timeslice": "tab:purple", "vtc": "tab:brown"}
 
 
 def color(policy: str) -> str:

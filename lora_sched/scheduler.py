@@ -60,7 +60,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
 from lora_sched.conformance.recorder import RecorderMixin
-from lora_sched.policy.fair import FairGuard, Waiting
+from lora_sched.policy.fair import FairGuard, Waiting, slot_outputs_left
 from lora_sched.spec.cap import cap_blocks
 from lora_sched.spec.config import Config
 
@@ -268,6 +268,12 @@ def settings_from(vllm_config: Any) -> dict[str, int]:
 
 # ---- the policies ------------------------------------------------------------------
 
+def _outputs_left(request: Request) -> int:
+    """max_tokens - outputs applied (in-flight async outputs not counted), as
+    `policy.fair.Waiting.left` and `StepView.outputs_left` count them."""
+    return request.max_tokens - request.num_output_tokens
+
+
 def _adapter(request: Request) -> int:
     lora = request.lora_request
     return lora.lora_int_id if lora is not None else 0
@@ -351,7 +357,8 @@ class FairMixin(HookedMixin):
         step = s.current_step
         queue = list(s.waiting)
         waiting = [Waiting(r.request_id, _adapter(r), self._since.get(r.request_id, step),
-                           self._seq.get(r.request_id, 0), r.priority, r.num_stale_output_tokens > 0)
+                           self._seq.get(r.request_id, 0), r.priority, r.num_stale_output_tokens > 0,
+                           _outputs_left(r))
                    for r in queue]
         star_id = self.guard().begin_scan(step, waiting)
         self._star = next((r for r in queue if r.request_id == star_id), None)
@@ -359,17 +366,17 @@ class FairMixin(HookedMixin):
             s.waiting.pin(self._star)
 
     def _lora_gate(self, request: Request, scheduled_loras: set[int]) -> str:
+        s: Any = self
         g = self.guard()
         star = self._star
         if star is not None and g.star == star.request_id and star.status == RequestStatus.RUNNING:
             g.admitted(star.request_id)  # r* got in earlier in this scan: its victims flow again
         active = self._active()  # every running request, admitted ones included
         if star is not None and request is star:
-            g.visit_star(active)
+            g.visit_star(slot_outputs_left((_adapter(r), _outputs_left(r)) for r in s.running))
         adapter = _adapter(request)
         if g.holds(request.request_id, adapter):
             return "skip"
-        s: Any = self
         if s.lora_config is not None and cap_blocks(active, adapter, s.lora_config.max_loras):
             return "skip"
         return "admit"
@@ -384,7 +391,6 @@ class FairMixin(HookedMixin):
         g = self.guard()
         if star is not None and g.star == star.request_id and star.status == RequestStatus.RUNNING:
             g.admitted(star.request_id)
-        g.end_step(s.current_step, self._active())
         return out
 
     def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:

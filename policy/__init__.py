@@ -5,7 +5,6 @@ from __future__ import annotations
 from lora_sched.policy.blocking import BlockingGate
 from lora_sched.policy.drainer import DrainerGate
 from lora_sched.policy.fair import FairGate
-from lora_sched.policy.fair_drain import FairCohortGate, FairDrainGate, FairLrwGate
 from lora_sched.policy.gate import Gate
 from lora_sched.policy.timeslice import TimesliceGate
 from lora_sched.policy.vllm import VllmGate
@@ -13,13 +12,12 @@ from lora_sched.policy.vtc import VtcGate
 from lora_sched.spec.config import POLICIES, REFERENCE_POLICIES, Config
 
 GATES = {"blocking": BlockingGate, "vllm": VllmGate, "fair": FairGate,
-         # the field's policies as references, and fair prototypes priced on the frontier
-         "drainer": DrainerGate, "timeslice": TimesliceGate, "vtc": VtcGate,
-         "fair_cohort": FairCohortGate, "fair_drain": FairDrainGate, "fair_lrw": FairLrwGate}
+         # the field's policies as references, priced against fair on the frontier
+         "drainer": DrainerGate, "timeslice": TimesliceGate, "vtc": VtcGate}
 # Gates that hold requests on purpose without declaring those holds on a
 # trace (spec.properties.PolicyHolds): they do not claim no_hol_blocking.
-UNDECLARED_HOLDS = {"drainer", "timeslice", "vtc", "fair_cohort", "fair_drain", "fair_lrw"}
-FAIR_CAP = {"fair", "fair_cohort", "fair_drain", "fair_lrw"}  # cap over every running request's adapter
+UNDECLARED_HOLDS = {"drainer", "timeslice", "vtc"}
+FAIR_CAP = {"fair"}  # cap over every running request's adapter
 # Gates whose own rule bounds the adapters of every running request, scheduled
 # or not: timeslice admits only active adapters and never deactivates one in
 # use (proved for any size in proofs.unbounded, model timeslice+skip).
@@ -45,12 +43,11 @@ def claims(policy: str, config: Config, *, skipped_running: bool = False) -> set
       `timeslice` also claims both caps everywhere: at most `max_loras`
       adapters are active and an adapter in use is never deactivated, so
       every running request's adapter is one of them (proved for any size,
-      `proofs.unbounded`, model timeslice+skip); `drainer` gives up `fifo_within_adapter` (its 1.2x tolerance admits a
-      short request of a draining adapter past a long one); `drainer`,
-      `timeslice` and `vtc` give up `no_hol_blocking`, and `drainer` and
-      `timeslice` are shown to starve. The fair prototypes `fair_cohort`,
-      `fair_drain` and `fair_lrw` claim what `fair` claims but
-      `no_hol_blocking` (their holds are not declared on traces yet).
+      `proofs.unbounded`, model timeslice+skip); `drainer` gives up
+      `fifo_within_adapter` (its 1.2x tolerance admits a short request of a
+      draining adapter past a long one); `drainer`, `timeslice` and `vtc`
+      give up `no_hol_blocking`, and `drainer` and `timeslice` are shown to
+      starve.
     """
     claimed = {"capacity", "conservation", "fifo_within_adapter"}
     unscheduled = skipped_running or config.prefill_schedule_interval > 1

@@ -1,6 +1,6 @@
 """`fair`: vLLM's skip rule with a crash-proof cap and an aging guard (this project's policy).
 
-Rule (v3). Two changes to `vllm`:
+Rule (v4). Two changes to `vllm`:
 
 *Cap.* The LoRA cap (`spec.cap.cap_blocks`) is counted over the adapters of
 every request in `running`, scheduled this step or not, plus those admitted
@@ -25,11 +25,20 @@ whose adapter is not. r* stays r* until it is admitted. Then:
 3. if capacity stops r* (seats, token budget, KV blocks for its whole
    sequence, no chunking, the DP throttle), the scan stops there: vLLM's own
    stops end the scan, and r* is first in line;
-4. if the cap blocks r*, the guard picks a *victim*: of the adapters holding
-   a slot, the one that has held it longest (then the smallest id), and holds
-   every waiting request of it until r* is admitted; the other adapters keep
-   flowing. A new victim is picked only when r* is cap-blocked again and no
-   victim holds a slot.
+4. if the cap blocks r* and no victim holds a slot, the guard picks one
+   *victim* among the adapters holding a slot: the one with the fewest
+   waiting requests it would hold (its *backlog*), then the one whose
+   longest-running request has the fewest outputs left, then the smallest
+   id. It sets the victim's *deadline*: this step plus those outputs left
+   (the step by which the victim's slot frees if nothing joins it). Until r*
+   is admitted, the guard holds each waiting request of a victim, except
+   - a *drain* admission: a request r is let in when it can end by the
+     deadline (step + its outputs left <= deadline, each output taking a
+     step) and every waiting request of its adapter ahead of it in the
+     queue can too (so FIFO within the adapter holds);
+   - a *cohort* member: when an r* is admitted at step t, the requests of
+     its adapter waiting at t form a cohort, never held before step t + 2S.
+   The other adapters keep flowing.
 
 Why "the oldest of any kind". The first design let only LoRA requests of an
 inactive adapter be r*; a base-model request, which can never be one, was
@@ -39,10 +48,19 @@ with the stream: `tests/test_fair_growth.py`). With r* the oldest starving
 request of any kind, a later arrival can become r* only after every older
 starving request has been admitted.
 
-Why one victim. Holding every other adapter cascades (0.27 of `vllm`'s
-throughput on the seed workload in the first version); draining the adapter
-that has held its slot longest is all it takes to free a slot (as SGLang's
-LoRADrainer drains one adapter and LoRAX rotates adapters by time slice).
+Why one victim, and why drain and cohort admissions (v4; issue 11's
+frontier). Holding every other adapter cascades (0.27 of `vllm`'s
+throughput on the seed workload in the first version); draining one adapter
+is all it takes to free a slot. v3 held every waiting request of the victim
+(the adapter holding its slot longest) while it drained, so the seats stood
+idle until its longest request ended and the held requests then ran alone
+at the end (0.64 of vllm on a searched family); right after r* got in, the
+next r* made r*'s own adapter the victim, so each switch of a slot served
+one request (0.37 of vllm on another). A drain admission ends no later than
+the slot frees anyway, a cohort is the queue the switch was made for, and a
+victim without a backlog costs nothing to drain. A hill climb over
+workloads finds the worst ratio to vllm per rule: `lora-sched bench
+--adversarial` (docs/frontier.md).
 
 Bound. Let P be the largest prompt, L the largest `max_tokens`,
 W = P + L - 1 (the tokens one request computes in one stay in `running`),
@@ -59,21 +77,28 @@ budget-starved, which spends T tokens of the at most N * W that it and the
 requests ahead of it still need, or gets all it asks for: a prefill chunk
 (deferred on at most k - 1 throttled steps in a row) or a decode; async
 scheduling adds the sure-to-finish step and the output that lands one step
-late. A guard ends within G = 3D + 3 steps of r* being chosen: until r* is
-first visited nobody is admitted, so within D + 1 steps running empties or the
-scan reaches r*; a victim gains no request and leaves `running` within D
-steps, no adapter can take its slot before r* (r* is visited first and the
-slots are full until then); after that a capacity stop at r* admits nobody,
-so within D + 1 steps `running` is empty (no decode left: the throttle is off)
-and r* gets in. Every r* chosen once a request r has waited S steps is older
-than r (r is a candidate and the oldest candidate wins; a sticky r* chosen
-before was older still), so it was already waiting when the step r arrived
-at started (it has waited continuously since it last joined `waiting`, no
-later than r did), and each is r* at most once (a preempted request rejoins
-`waiting` younger). Hence, r included, at most Qw guards end before r is in,
-and every request is first admitted within
+late. A guard ends within G = 3D + 3 + max(L, 2S) steps of r* being chosen
+at step t0:
+- until r* is first visited nobody is admitted, so within D + 1 steps
+  `running` empties or the scan reaches r*;
+- if the cap blocks r* then (step t1 <= t0 + D + 1), the victim gains
+  requests only by drain admissions, at steps before its deadline
+  (<= t1 + L), and by cohort admissions, whose cohorts formed before t0
+  (a cohort forms only when an r* is admitted) and expire by t0 + 2S; so
+  its last request joins before t1 + max(L, 2S) and leaves `running` within
+  D steps of that. No adapter can take its slot before r* (r* is visited
+  first and the slots are full until then);
+- after that a capacity stop at r* admits nobody, so within D + 1 steps
+  `running` is empty (no decode left: the throttle is off) and r* gets in.
+Every r* chosen once a request r has waited S steps is older than r (r is a
+candidate and the oldest candidate wins; a sticky r* chosen before was older
+still), so it was already waiting when the step r arrived at started (it has
+waited continuously since it last joined `waiting`, no later than r did),
+and each is r* at most once (a preempted request rejoins `waiting`
+younger). Hence, r included, at most Qw guards end before r is in, and every
+request is first admitted within
 
-    B = S + Qw * (3D + 3)
+    B = S + Qw * (3D + 3 + max(L, 2S))
 
 steps of arriving, under these assumptions: every request has the same
 priority (FCFS, or the priority queue with one priority: with mixed
@@ -110,6 +135,7 @@ class Waiting:
     seq: int  # arrival order
     priority: int = 0
     stale: bool = False  # async output still in flight: vLLM skips it
+    left: int = 1  # outputs still to produce (max_tokens - generated): steps it needs at least
 
 
 @dataclass
@@ -118,30 +144,38 @@ class FairGuard:
 
     One object serves the reference gate, `fair` inside vLLM
     (`lora_sched.scheduler`) and the trace checker (`FairHolds`), so the three
-    cannot drift apart.
+    cannot drift apart. Each feeds it, per step, the waiting queue in order
+    (`begin_scan`), the adapters holding a slot with the outputs left of their
+    longest-running request (`visit_star`), and r*'s admission (`admitted`).
     """
 
     starvation_steps: int
     max_loras: int
     priority_queue: bool = False
-    active_since: dict[int, int] = field(default_factory=dict)  # adapter -> first step of its run holding a slot
     star: str | None = None  # r*, kept from step to step until admitted
     star_adapter: int = 0
     victims: set[int] = field(default_factory=set)  # adapters held for r*
+    deadline: dict[int, int] = field(default_factory=dict)  # victim -> step its slot frees if nothing joins
+    cohort: dict[str, int] = field(default_factory=dict)  # request -> first step it may be held again
+    step: int = 0
+    _queue: list[Waiting] = field(default_factory=list)  # this scan's waiting queue, in order
 
     def _age_key(self, w: Waiting) -> tuple[int, int, int]:
         return (w.priority if self.priority_queue else 0, w.waiting_since, w.seq)
 
     def begin_scan(self, step: int, waiting: list[Waiting]) -> str | None:
-        """Find r* when a waiting scan starts (sticky until admitted); returns it or None."""
+        """Find r* when a waiting scan starts (sticky until admitted); returns it or None.
+        `waiting` is the queue in its order."""
+        self.step, self._queue = step, list(waiting)
         by_id = {w.id: w for w in waiting}
+        self.cohort = {r: until for r, until in self.cohort.items() if r in by_id and until > step}
         if self.star is not None and self.star not in by_id:
-            self.star, self.victims = None, set()  # aborted (or admitted behind the guard's back)
+            self._clear()  # aborted (or admitted behind the guard's back)
         if self.star is None:
             ready = [w for w in waiting if self.candidate(step, w)]
             if ready:
                 star = min(ready, key=self._age_key)
-                self.star, self.star_adapter, self.victims = star.id, star.adapter, set()
+                self.star, self.star_adapter = star.id, star.adapter
         if self.star is not None and by_id[self.star].stale:
             return None  # cannot be admitted this step; stays r*
         return self.star
@@ -150,22 +184,48 @@ class FairGuard:
         """May `w` become r*? It has waited S steps and can be admitted now."""
         return step - w.waiting_since >= self.starvation_steps and not w.stale
 
-    def visit_star(self, active: set[int]) -> None:
-        """The scan reached r*: pick a victim if the cap blocks it (rule 4)."""
+    def _fits(self, w: Waiting) -> bool:
+        """Can `w` (of a victim) end by its victim's deadline, one output per step?"""
+        return w.adapter in self.deadline and self.step + w.left <= self.deadline[w.adapter]
+
+    def backlog(self, adapter: int) -> int:
+        """Waiting requests of `adapter` the guard would hold were it the victim now."""
+        return sum(1 for w in self._queue if w.adapter == adapter and w.id != self.star and w.id not in self.cohort)
+
+    def visit_star(self, left: dict[int, int]) -> None:
+        """The scan reached r*; `left` maps each adapter holding a slot to the
+        outputs its longest-running request has left. Pick a victim if the cap
+        blocks r* and no victim holds a slot (rule 4)."""
+        active = set(left)
         if cap_blocks(active, self.star_adapter, self.max_loras) and not (self.victims & active):
-            self.victims.add(min(active, key=lambda a: (self.active_since.get(a, 0), a)))
+            victim = min(active, key=lambda a: (self.backlog(a), left[a], a))
+            self.victims.add(victim)
+            self.deadline[victim] = self.step + left[victim]
 
     def holds(self, rid: str, adapter: int) -> bool:
-        """Is `rid` held for r* (rule 4)?"""
-        return self.star is not None and rid != self.star and adapter in self.victims
+        """Is `rid` held for r* (rule 4)? A victim's request is held unless it is
+        in a cohort, or it and every waiting request of its adapter ahead of it
+        outside a cohort can end by the victim's deadline."""
+        if self.star is None or rid == self.star or adapter not in self.victims or rid in self.cohort:
+            return False
+        for w in self._queue:
+            if w.adapter != adapter or w.id == self.star or w.id in self.cohort:
+                continue
+            if not self._fits(w):
+                return True  # `rid`, or a request of its adapter ahead of it, cannot end in time
+            if w.id == rid:
+                return False
+        return False  # not in this scan's queue: not the guard's to hold
 
     def admitted(self, rid: str) -> None:
+        """`rid` got in; when it is r*, its adapter's waiting requests form a cohort."""
         if rid == self.star:
-            self.star, self.victims = None, set()
+            until = self.step + 2 * self.starvation_steps
+            self.cohort.update({w.id: until for w in self._queue if w.adapter == self.star_adapter and w.id != rid})
+            self._clear()
 
-    def end_step(self, step: int, active: set[int]) -> None:
-        """Every step, scan or not: remember since when each adapter holds a slot."""
-        self.active_since = {a: self.active_since.get(a, step) for a in active}
+    def _clear(self) -> None:
+        self.star, self.victims, self.deadline = None, set(), {}
 
 
 def drain_steps(config: Config, *, max_prompt: int, max_output: int, queue: int | None = None) -> int:
@@ -183,7 +243,8 @@ def fair_bound(config: Config, *, queue: int, max_prompt: int, max_output: int, 
     """B of the module docstring for a configuration and workload bounds
     (`waiting` is Qw; without it, Q stands in for it, as Qw <= Q)."""
     d = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
-    return config.starvation_steps + (queue if waiting is None else waiting) * (3 * d + 3)
+    guard = 3 * d + 3 + max(max_output, 2 * config.starvation_steps)
+    return config.starvation_steps + (queue if waiting is None else waiting) * guard
 
 
 def workload_bound(config: Config, requests: Iterable[Request], *, queue: int | None = None,
@@ -212,9 +273,19 @@ def bound_applies(config: Config, priorities: Iterable[int], *, skipped_running:
     return None
 
 
+def slot_outputs_left(running: Iterable[tuple[int, int]]) -> dict[int, int]:
+    """Per adapter (> 0) holding a slot, the outputs its longest-running request
+    has left, from (adapter, outputs left) of each running request."""
+    left: dict[int, int] = {}
+    for adapter, n in running:
+        if adapter > 0:
+            left[adapter] = max(left.get(adapter, 0), n)
+    return left
+
+
 class FairGate:
     name = "fair"
-    guard_class: type[FairGuard] = FairGuard
+    guard_class: type[FairGuard] = FairGuard  # planted bugs (tests/planted.py) swap the guard
 
     def __init__(self) -> None:
         self.guard: FairGuard | None = None
@@ -228,43 +299,40 @@ class FairGate:
     def scan_order(self, ctx: ScanContext, queue: list[str]) -> list[str]:
         st = ctx.state
         waiting = [Waiting(r, st.adapter(r), st.reqs[r].waiting_since, st.reqs[r].seq, st.reqs[r].req.priority,
-                           st.reqs[r].stale > 0) for r in queue]
+                           st.reqs[r].stale > 0, st.reqs[r].req.max_tokens - st.reqs[r].generated)
+                   for r in queue]
         star = self._guard(ctx).begin_scan(ctx.step, waiting)
         if star is None:
             return queue
         return [star] + [r for r in queue if r != star]
 
     def decide(self, ctx: ScanContext, rid: str) -> tuple[Decision, str | None]:
-        guard = self._guard(ctx)
-        active = running_loras(ctx)
+        guard, st = self._guard(ctx), ctx.state
         if rid == guard.star:
-            guard.visit_star(active)
-        adapter = ctx.state.adapter(rid)
-        if guard.holds(rid, adapter) and self.keep_held(ctx, rid, adapter):
+            guard.visit_star(slot_outputs_left((st.adapter(r), st.reqs[r].req.max_tokens - st.reqs[r].generated)
+                                               for r in st.running))
+        adapter = st.adapter(rid)
+        if guard.holds(rid, adapter):
             return Decision.SKIP, "fair_guard"
-        if cap_blocks(active, adapter, ctx.state.config.max_loras):
+        if cap_blocks(running_loras(ctx), adapter, st.config.max_loras):
             return Decision.SKIP, "lora_cap"
         return Decision.ADMIT, None
-
-    def keep_held(self, ctx: ScanContext, rid: str, adapter: int) -> bool:
-        """The guard holds `rid`; may a variant let it in anyway? (fair: never.)"""
-        return True
 
     def admitted(self, ctx: ScanContext, rid: str) -> None:
         self._guard(ctx).admitted(rid)
 
     def step_done(self, ctx: ScanContext, batch_loras: set[int]) -> None:
-        self._guard(ctx).end_step(ctx.step, running_loras(ctx))
+        pass
 
 
 class FairHolds:
     """The guard's holds as `spec.properties.no_hol_blocking` sees them on a trace.
 
     Replays `FairGuard` on the observed state alone (waiting order,
-    waiting-since steps, the running requests and admissions of each step),
-    so a trace recorded from `fair` inside vLLM is judged the same way as the
-    reference. It declares two kinds of hold: the guard's victims
-    (`fair_guard`) and fair's cap over every running request's adapter
+    waiting-since steps, outputs left, the running requests and admissions
+    of each step), so a trace recorded from `fair` inside vLLM is judged the
+    same way as the reference. It declares two kinds of hold: the guard's
+    victims (`fair_guard`) and fair's cap over every running request's adapter
     (`fair_cap`), which is stricter than the cap `no_hol_blocking` applies.
     """
 
@@ -278,11 +346,11 @@ class FairHolds:
         running = [r for r in rec.running if r not in rec.preempted]
         self._base = {view.adapter[r] for r in running if view.adapter[r] > 0}
         waiting = [Waiting(r, view.adapter[r], view.waiting_since[r], view.seq[r], view.priority[r],
-                           r in view.in_flight) for r in rec.waiting]
+                           r in view.in_flight, view.outputs_left[r]) for r in rec.waiting]
         star = self.guard.begin_scan(rec.step, waiting)
         budget = cfg.max_num_batched_tokens - sum(n for r, n in rec.scheduled.items() if r not in rec.admitted)
         if star is not None and budget > 0 and len(running) < cfg.max_num_seqs:
-            self.guard.visit_star(self._base)
+            self.guard.visit_star(slot_outputs_left((view.adapter[r], view.outputs_left[r]) for r in running))
         if star is not None and star in rec.admitted:
             self.guard.admitted(star)
         self._order = ([star] if star is not None else []) + [r for r in rec.waiting if r != star]
@@ -297,6 +365,4 @@ class FairHolds:
         return "fair_cap" if cap_blocks(active, view.adapter[rid], view.config.max_loras) else None
 
     def end(self, view: StepView) -> None:
-        rec = view.rec
-        running = [r for r in rec.running if r not in rec.preempted] + list(rec.admitted)
-        self.guard.end_step(rec.step, {view.adapter[r] for r in running if view.adapter[r] > 0})
+        pass

@@ -33,7 +33,7 @@ def _emit_worst(cex: Cex, worst: int, bound: int, path: str, doc: str) -> None:
 
 
 def family_witness(out_dir: str) -> None:
-    """fair (v3) on `proofs.benchmark.FAMILY`: a request waits 10 steps (the
+    """fair on `proofs.benchmark.FAMILY`: a request waits 10 steps (the
     benchmark shows none waits more); written as a replay that must wait
     exactly that long in `policy/`."""
     from lora_sched.proofs.benchmark import FAMILY

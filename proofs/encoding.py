@@ -147,7 +147,8 @@ class StateVars:
     # fair's FairGuard memory (constant for the other policies):
     Z: list[z3.BoolRef]  # Z[i]: slot i is r* (`FairGuard.star`); at most one
     V: list[z3.BoolRef]  # V[a-1]: adapter a is a victim (`FairGuard.victims`)
-    AS: list[z3.ArithRef]  # AS[a-1]: `active_since[a]`, 0 = absent (steps start at 1)
+    DL: list[z3.ArithRef]  # DL[a-1]: `FairGuard.deadline[a]`, 0 = absent (steps start at 1)
+    CO: list[z3.ArithRef]  # CO[i]: `FairGuard.cohort[i]` (first step i may be held again), 0 = absent
     # async scheduling and DP throttling (constant when off):
     pend: list[z3.BoolRef]  # a sampled token's output is in flight (num_output_placeholders = 1)
     D: list[z3.BoolRef]  # vLLM's `deferred_waiting`
@@ -178,7 +179,8 @@ def make_state(b: Bounds, tag: str) -> StateVars:
         [z3.Int(f"arrival_{i}@{tag}") for i in R],
         [z3.Bool(f"Z_{i}@{tag}") for i in R],
         [z3.Bool(f"V_{a}@{tag}") for a in range(1, b.adapters + 1)],
-        [z3.Int(f"AS_{a}@{tag}") for a in range(1, b.adapters + 1)],
+        [z3.Int(f"DL_{a}@{tag}") for a in range(1, b.adapters + 1)],
+        [z3.Int(f"CO_{i}@{tag}") for i in R],
         [z3.Bool(f"pend_{i}@{tag}") for i in R],
         [z3.Bool(f"D_{i}@{tag}") for i in R],
         z3.Bool(f"pcb@{tag}"),
@@ -193,9 +195,9 @@ def init(b: Bounds, s: StateVars) -> list[z3.BoolRef]:
     for i in range(b.requests):
         cs += [z3.Not(s.W[i]), z3.Not(s.R[i]), z3.Not(s.F[i]), z3.Not(s.X[i]), z3.Not(s.ever[i]),
                s.computed[i] == 0, s.generated[i] == 0, s.admitted_at[i] == 0, s.arrival[i] == 0,
-               z3.Not(s.Z[i])]
+               z3.Not(s.Z[i]), s.CO[i] == 0]
     for a in range(b.adapters):
-        cs += [z3.Not(s.V[a]), s.AS[a] == 0]
+        cs += [z3.Not(s.V[a]), s.DL[a] == 0]
     cs += [z3.Not(x) for x in s.pend + s.D] + [z3.Not(s.pcb), s.wave == 0, z3.Not(s.pa)]
     return cs
 
@@ -232,7 +234,8 @@ class Mid:
     arrival: list[z3.ArithRef]
     Z: list[z3.BoolRef]
     V: list[z3.BoolRef]
-    AS: list[z3.ArithRef]
+    DL: list[z3.ArithRef]
+    CO: list[z3.ArithRef]
     pend: list[z3.BoolRef]
     D: list[z3.BoolRef]
     pcb: z3.BoolRef
@@ -311,7 +314,7 @@ def events(b: Bounds, s: StateVars, inp: Inputs) -> tuple[Mid, list[z3.BoolRef]]
     wave = z3.If(s.has_work(), s.wave, 0)
     throttle = throttled(b, wave)
     return Mid(t, W, R, list(s.F), X, list(s.computed), list(s.generated),
-               list(s.admitted_at), list(s.ever), arrival, list(s.Z), list(s.V), list(s.AS),
+               list(s.admitted_at), list(s.ever), arrival, list(s.Z), list(s.V), list(s.DL), list(s.CO),
                list(s.pend), D, s.pcb, wave, throttle), cs
 
 
@@ -323,18 +326,24 @@ def throttled(b: Bounds, wave: z3.ArithRef) -> z3.BoolRef:
 
 def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0: z3.ArithRef,
                mutant: str | None = None) -> FairStart:
-    """`policy.fair.FairGuard` (rule v3) when a waiting scan starts, on the
+    """`policy.fair.FairGuard` (rule v4) when a waiting scan starts, on the
     state `m` after arrivals, the adapters `C0` of every running request,
     and the budget `B0` and seats `seats0` the running phase left.
 
-    begin_scan: r* is kept while it is waiting (sticky); otherwise it is the
-    oldest waiting request (any adapter, base included) that waited
-    `step - arrival >= S` (without preemption, waiting_since is the arrival
-    and slot order is arrival order, so "oldest" is the first such slot).
-    The victims are reset when r* changes.
+    begin_scan: cohort entries of requests no longer waiting or expired
+    (`CO[i] <= step`) are dropped; r* is kept while it is waiting (sticky,
+    with its victims and deadlines); otherwise it is the oldest waiting
+    request (any adapter, base included) that waited `step - arrival >= S`
+    (without preemption, waiting_since is the arrival and slot order is
+    arrival order, so "oldest" is the first such slot).
     visit_star: the scan reaches r* when budget and seats remain; if the LoRA
     cap over `C0` blocks r* and no current victim is in `C0`, the adapter of
-    `C0` with the smallest `(active_since, id)` becomes a victim.
+    `C0` with the smallest (backlog, outputs left of its longest-running
+    request, id) becomes a victim, with deadline `step + outputs left`.
+    holds: a waiting request of a victim other than r*, outside the cohort,
+    is held unless it and every waiting request of its adapter ahead of it
+    (slot order) outside the cohort can end by the deadline
+    (`step + max_tokens - generated <= deadline`).
 
     Shared, like `FairGuard`, by the encoded scan and by the declared holds
     of `no_hol_blocking` (as `FairHolds` replays `FairGuard` on a trace).
@@ -342,6 +351,7 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     """
     b = p.b
     rng, A, t = range(b.requests), b.adapters, m.step
+    co = [z3.And(m.W[i], m.CO[i] > t) for i in rng]  # live cohort members
     sticky = z3.Or([z3.And(m.Z[i], m.W[i]) for i in rng])
     cand = [z3.And(m.W[i], t - m.arrival[i] >= p.S) for i in rng]
     if mutant == "star_lora_only":  # fair's first design: a base-model request is never r*
@@ -353,6 +363,7 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     r_star = [z3.If(sticky, m.Z[i], first[i]) for i in rng]
     has_star = z3.Or(r_star)
     V1 = [z3.And(m.V[a], sticky) for a in range(A)]
+    DL1 = [z3.If(sticky, m.DL[a], 0) for a in range(A)]
     reach = z3.And(has_star, B0 > 0, seats0 < p.N)
     star_in_C0 = z3.Or([z3.And(r_star[i], _in(p, i, C0)) for i in rng])
     full0 = count_ge_M(p, C0)
@@ -361,10 +372,32 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     add = z3.And(reach, blocked, z3.Not(z3.Or([z3.And(V1[a], C0[a]) for a in range(A)])))
     if mutant == "guard_off":
         add = z3.BoolVal(False)
-    oldest = [z3.And(C0[a], *[z3.Implies(C0[c], z3.Or(m.AS[a] < m.AS[c], z3.And(m.AS[a] == m.AS[c], a < c)))
-                              for c in range(A) if c != a]) for a in range(A)]
-    V2 = [z3.Or(V1[a], z3.And(add, oldest[a])) for a in range(A)]
-    return FairStart(r_star, has_star, V2, reach, blocked)
+    left = [p.max_tokens[i] - m.generated[i] for i in rng]  # outputs still to produce
+    slot_left: list[z3.ArithRef] = []
+    for a in range(A):
+        best: z3.ArithRef = z3.IntVal(0)
+        for i in rng:
+            here = z3.And(m.R[i], p.is_a[i][a])
+            best = z3.If(z3.And(here, left[i] > best), left[i], best)
+        slot_left.append(best)
+    backlog = [_count([z3.And(m.W[i], p.is_a[i][a], z3.Not(r_star[i]), z3.Not(co[i])) for i in rng])
+               for a in range(A)]
+
+    def before(a: int, c: int) -> z3.BoolRef:  # victim key (backlog, slot_left, id) of a < that of c
+        return z3.Or(backlog[a] < backlog[c],
+                     z3.And(backlog[a] == backlog[c], z3.Or(slot_left[a] < slot_left[c],
+                                                            z3.And(slot_left[a] == slot_left[c], a < c))))
+
+    pick = [z3.And(add, C0[a], *[z3.Implies(C0[c], before(a, c)) for c in range(A) if c != a]) for a in range(A)]
+    V2 = [z3.Or(V1[a], pick[a]) for a in range(A)]
+    DL2 = [z3.If(pick[a], t + slot_left[a], DL1[a]) for a in range(A)]
+    dl_of = [z3.Sum([z3.If(p.is_a[i][a], DL2[a], 0) for a in range(A)]) for i in rng]  # deadline of i's adapter
+    fits = [z3.And(dl_of[i] > 0, t + left[i] <= dl_of[i]) for i in rng]
+    late = [z3.And(m.W[i], z3.Not(r_star[i]), z3.Not(co[i]), z3.Not(fits[i])) for i in rng]
+    held = [z3.And(has_star, z3.Not(r_star[i]), _in(p, i, V2), z3.Not(co[i]),
+                   z3.Or(late[i], *[z3.And(late[j], p.adapter[j] == p.adapter[i]) for j in range(i)]))
+            for i in rng]
+    return FairStart(r_star, has_star, V2, reach, blocked, held, DL2, co)
 
 
 @dataclass
@@ -376,6 +409,9 @@ class FairStart:
     victims: list[z3.BoolRef]  # after visit_star
     reach: z3.BoolRef  # the scan reaches r* (budget and a seat left)
     cap_blocked: z3.BoolRef  # the LoRA cap blocks r*
+    held: list[z3.BoolRef]  # held[i]: the guard holds i while r* waits
+    deadline: list[z3.ArithRef]  # per adapter after visit_star, 0 = none
+    cohort: list[z3.BoolRef]  # live cohort members when the scan starts
 
 
 MUTANTS = ("cap_early", "cap_late", "seats_unchecked", "budget_plus_one", "fifo_reversed",
@@ -443,12 +479,13 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
     def throttle_stop(i: int) -> z3.BoolRef:  # a waiting request needing more than 1 token
         return z3.And(defer, need[i] > 1)
 
-    # --- fair (`policy.fair.FairGuard`, v3): the cap counts every running
-    # request's adapter; r* is sticky, visited first; a victim adapter is
-    # held while r* is cap-blocked.
+    # --- fair (`policy.fair.FairGuard`, v4): the cap counts every running
+    # request's adapter; r* is sticky, visited first; a victim adapter's
+    # requests are held while r* is cap-blocked, but drain and cohort ones.
     r_star = [z3.BoolVal(False) for _ in rng]
     held_on: z3.BoolRef = z3.BoolVal(False)
     V2 = [z3.BoolVal(False) for _ in range(A)]
+    held = [z3.BoolVal(False) for _ in rng]
     B, seats = B0, seats0
     L = C0 if policy == "fair" else L0
     adm0 = [z3.BoolVal(False) for _ in rng]
@@ -457,7 +494,7 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
     stop: z3.BoolRef = z3.BoolVal(False)
     if policy == "fair":
         g = fair_guard(p, m, C0, B0, seats0, mut)
-        r_star, V2 = g.r_star, g.victims
+        r_star, V2, held = g.r_star, g.victims, g.held
         reach = z3.And(g.has_star, B0 > 0, seat_free(seats0))
         blocked = z3.And(g.has_star, z3.Not(z3.Or([z3.And(r_star[i], z3.Not(cap(i, C0))) for i in rng])))
         tstop = z3.Or([z3.And(r_star[i], throttle_stop(i)) for i in rng])
@@ -483,7 +520,7 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
         cs.append(bi == B)
         visited = z3.And(m.W[i], z3.Not(r_star[i]), z3.Not(stop), bi > 0, seat_free(seats))
         capb = cap(i, L)
-        guard = z3.And(held_on, _in(p, i, V2))
+        guard = z3.And(held_on, held[i])
         gate_skip = z3.Or(guard, capb) if policy != "blocking" else z3.BoolVal(False)
         gate_stop = capb if policy == "blocking" else z3.BoolVal(False)
         a_i = z3.And(visited, z3.Not(gate_skip), z3.Not(gate_stop), z3.Not(throttle_stop(i)))
@@ -535,16 +572,18 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
     cs.append(s2.wave == z3.If(idle, m.wave, m.wave + 1))
     cs.append(s2.pa == z3.And(z3.Not(idle), b.async_scheduling))  # an idle step drains
     if policy == "fair":
-        C_end = [z3.Or([z3.And(z3.Or(m.R[i], adm[i]), p.is_a[i][a]) for i in rng]) for a in range(A)]
+        star_adapter = z3.Sum([z3.If(r_star[j], p.adapter[j], 0) for j in rng])
         for i in rng:
             cs.append(s2.Z[i] == z3.If(idle, m.Z[i], z3.And(r_star[i], z3.Not(ok0))))
+            # FairGuard.admitted: r*'s adapter's requests waiting when the scan began join a cohort.
+            joins = z3.And(ok0, m.W[i], z3.Not(r_star[i]), p.adapter[i] == star_adapter)
+            cs.append(s2.CO[i] == z3.If(idle, m.CO[i], z3.If(joins, t + 2 * p.S, z3.If(g.cohort[i], m.CO[i], 0))))
         for a in range(A):
             cs.append(s2.V[a] == z3.If(idle, m.V[a], z3.And(V2[a], z3.Not(ok0))))
-            cs.append(s2.AS[a] == z3.If(idle, m.AS[a],
-                                        z3.If(C_end[a], z3.If(m.AS[a] > 0, m.AS[a], t), 0)))
+            cs.append(s2.DL[a] == z3.If(idle, m.DL[a], z3.If(ok0, 0, g.deadline[a])))
     else:
-        cs += [s2.Z[i] == m.Z[i] for i in rng]
-        cs += [s2.V[a] == m.V[a] for a in range(A)] + [s2.AS[a] == m.AS[a] for a in range(A)]
+        cs += [s2.Z[i] == m.Z[i] for i in rng] + [s2.CO[i] == m.CO[i] for i in rng]
+        cs += [s2.V[a] == m.V[a] for a in range(A)] + [s2.DL[a] == m.DL[a] for a in range(A)]
     aux = StepAux(m, n, adm, [z3.Or(m.R[i], adm[i]) for i in rng], fin, policy)
     return s2, aux, cs
 
@@ -613,8 +652,9 @@ def prop_no_hol_blocking(p: Params, aux: StepAux) -> z3.BoolRef:
     admitted before it) left when the replay reaches it. The replay ends at
     the first request for which the budget is spent or the seats are full,
     or, on a throttled step, that needs more than one token (declared
-    stops). Under fair, the guard's victims and fair's cap over every
-    running adapter are declared holds (`policy.fair.FairHolds`). In this
+    stops). Under fair, the guard's holds (a victim's requests, but its
+    cohort and drain admissions) and fair's cap over every running adapter
+    are declared holds (`policy.fair.FairHolds`). In this
     encoding chunking is on, KV is unlimited and nothing is preempted, so no
     other declared stop applies.
     """
@@ -633,7 +673,7 @@ def prop_no_hol_blocking(p: Params, aux: StepAux) -> z3.BoolRef:
         first = g.r_star
         star_admitted = z3.Or([z3.And(first[i], aux.admitted[i]) for i in rng])
         on = z3.And(g.has_star, z3.Not(star_admitted))
-        guard_held = [z3.And(on, z3.Not(first[i]), _in(p, i, g.victims)) for i in rng]
+        guard_held = [z3.And(on, g.held[i]) for i in rng]
     bad: list[z3.BoolRef] = []
     stopped: z3.BoolRef = z3.BoolVal(False)
 
@@ -698,7 +738,8 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
 
     partition: each request is in at most one of W/R/F/X.
     arrival_prefix: slots arrive in order (slot i arrived => slot j<i arrived).
-    unarrived_blank: a request not yet arrived has no tokens, was never admitted.
+    unarrived_blank: a request not yet arrived has no tokens, was never admitted,
+      is in no cohort.
     arrival_steps: arrival steps are past steps, nondecreasing in slot order.
     fresh_waiting: a waiting request was never admitted and has no tokens
       (no preemption in this encoding).
@@ -716,6 +757,9 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
     star_first (fair only): r* is at most one arrived request, and a waiting r* has
       no earlier waiting request of its adapter (it was the first candidate
       of its adapter when chosen, and requests arrive in slot order).
+    cohort_prefix (fair only): cohort expiries fall along slot order within
+      an adapter (a cohort takes every waiting request of its adapter, and
+      later ones arrive after it) and are at most step + 2S.
     """
     b = p.b
     rng = range(b.requests)
@@ -724,7 +768,7 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
     inv["arrival_prefix"] = z3.And([z3.Implies(s.arrived(i), s.arrived(j)) for i in rng for j in range(i)]
                                    + [s.step >= 0])
     inv["unarrived_blank"] = z3.And([z3.Implies(z3.Not(s.arrived(i)), z3.And(
-        z3.Not(s.ever[i]), s.computed[i] == 0, s.generated[i] == 0)) for i in rng])
+        z3.Not(s.ever[i]), s.computed[i] == 0, s.generated[i] == 0, s.CO[i] == 0)) for i in rng])
     inv["arrival_steps"] = z3.And([z3.Implies(s.arrived(i), z3.And(s.arrival[i] >= 1, s.arrival[i] <= s.step))
                                    for i in rng]
                                   + [z3.Implies(s.arrived(i), s.arrival[j] <= s.arrival[i])
@@ -748,6 +792,11 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
     inv["fifo_state"] = z3.And([z3.Not(z3.And(s.ever[i], p.adapter[j] == p.adapter[i], s.W[j]))
                                 for i in rng for j in range(i)])
     if fair:
+        live = [z3.And(s.W[i], s.CO[i] > s.step) for i in rng]
+        inv["cohort_prefix"] = z3.And(
+            [z3.Implies(z3.And(live[j], s.W[i], p.adapter[i] == p.adapter[j]), s.CO[i] >= s.CO[j])
+             for j in rng for i in range(j)]
+            + [s.CO[i] <= s.step + 2 * p.S for i in rng])
         inv["star_first"] = z3.And([_atmost(list(s.Z), 1)] + [z3.Implies(s.Z[i], s.arrived(i)) for i in rng]
                                    + [z3.Not(z3.And(s.Z[i], s.W[i], s.W[j], p.adapter[j] == p.adapter[i]))
                                       for i in rng for j in range(i)])

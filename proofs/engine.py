@@ -348,7 +348,7 @@ def lasso(bounds: enc.Bounds, policy: str, depth: int, *, timeout_ms: int = 120_
     the victim waits longer than any bound. No aborts, no skips. The verdict
     is "cex" with `cex.extra = {"loop": [k1, k2], "victim": id}`."""
     if policy == "fair":
-        raise ValueError("lasso: fair's guard has memory (r*, victims, active_since) the shape does not cover")
+        raise ValueError("lasso: fair's guard has memory (r*, victims, deadlines, cohorts) the shape does not cover")
     t0 = time.monotonic()
     path = Path(bounds, policy)
     p = path.params

@@ -52,17 +52,18 @@ scheduling, limited or unlimited KV, chunked prefill on or off, any
   grows only by admissions; `full(r)` ("|Cb(r)| >= M") and `stop(r)` (the
   scan broke: seats, budget, KV, no-chunk, preemption) are monotone. C0 is
   the adapters of the scheduled running requests (`vllm`, `blocking`) or of
-  every running request after the running phase (`fair` v3). A request of a
+  every running request after the running phase (`fair`). A request of a
   new adapter is admitted only when not `full`, and then takes a `slot`
   value in [0, M) free of every adapter of Cb(r); an admitted request takes
   a free `seat` in [0, N) (sound by pigeonhole: an injection of fewer than M
   elements into {0..M-1} leaves a value free; this is the one fact used
   outside the solver). `blocking` stops at a cap-blocked request; `fair`
-  also skips requests of arbitrary held adapters V while r* is not admitted;
+  also skips requests of held adapters V while r* is not admitted (any of
+  them: v4's drain and cohort admissions are a subset of what this allows);
   r* is the sticky one or a fresh one that has waited S and, if never
   admitted, has the smallest (waiting_since, seq) among the never-admitted
   waiting requests of its priority and adapter that have waited S (true of
-  the v3 key and of the first design's filter alike). A request
+  the v3/v4 key and of the first design's filter alike). A request
   left waiting had a reason: a stop, a cap skip (`vllm`, `fair`), a hold
   (`fair`), or stale async output (only ever-admitted requests have any);
 * tokens: each scheduled request gets 1..(T - tokens before it in
@@ -117,8 +118,8 @@ properties fail with an exact violation (`exact_violation`).
 
 Abstracted away (sound for these safety properties): token counts beyond
 the budget, KV block counts (preemption and KV stops are free choices),
-which reason stopped the scan, fair's victim choice and its `active_since`
-ages. Soundness of the over-approximation is tested, not only argued:
+which reason stopped the scan, fair's victim choice, deadlines and
+cohorts. Soundness of the over-approximation is tested, not only argued:
 `crosscheck` instantiates the sorts with the R requests and A adapters of
 random runs of `policy.core.Scheduler` and asks Z3 whether the real step
 is a step of this model (tests/test_proofs_unbounded.py).
@@ -170,6 +171,7 @@ MUTANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "evict_in_use": ("timeslice may deactivate an adapter that has a running request", CAP_PROPERTIES),
     "vtc_order_free": ("vtc's scan need not keep an adapter's queue in order (the counter order alone)",
                        ("fifo_within_adapter",)),
+    "hold_any": ("fair's guard may hold any requests, not a tail of an adapter's queue", ("fifo_within_adapter",)),
 }
 # A planted bug that makes the caps hold vacuously: no request of a new adapter
 # is ever admitted. The proofs still go through; the non-vacuity check of
@@ -342,8 +344,9 @@ class Step:
             self.syms[n] = z3.Function(f"{n}#{t}", g.req, B)
         for n in ("tok", "before"):
             self.syms[n] = z3.Function(f"{n}#{t}", g.req, Z)
-        for n in ("C0", "V", "D", "A"):  # D: drainer's draining set, A: timeslice's active set (this scan)
+        for n in ("C0", "D", "A"):  # D: drainer's draining set, A: timeslice's active set (this scan)
             self.syms[n] = z3.Function(f"{n}#{t}", g.ad, B)
+        self.syms["H"] = z3.Function(f"H#{t}", g.req, B)  # fair: the guard holds this request
         self.syms["rem"] = z3.Function(f"rem#{t}", g.ad, Z)  # drainer: max remaining output of D's adapters
         self.syms["vc"] = z3.Function(f"vc#{t}", g.req, Z)  # vtc: the counter of r's adapter when visited
         self.syms["starve"] = z3.Bool(f"starve#{t}")  # drainer: some waiting request waited > S
@@ -397,7 +400,7 @@ class Step:
         return z3.And(g.lora(r), z3.Not(self.Cb(r, g.adapter(r))), self.full(r))
 
     def hold(self, r: z3.ExprRef) -> z3.BoolRef:
-        return z3.And(self.V(self.g.adapter(r)), self.h, z3.Not(self.star_s(r)))
+        return z3.And(self.H(r), self.h, z3.Not(self.star_s(r)))
 
     def left(self, r: z3.ExprRef) -> z3.ArithRef:
         """drainer: output tokens r has still to produce (`max_tokens - generated`)."""
@@ -465,6 +468,13 @@ def transition(g: Sig, st: Step) -> list[z3.BoolRef]:
                    g.seq(r1) < g.seq(r2), z3.Not(st.star_s(r2)),
                    *([g.adapter(r1) == g.adapter(r2)] if per_adapter else [])),
             st.ahead(r1, r2))))
+    if fair and m.mutant != "hold_any":
+        # fair's holds pass down a queue: a held never-admitted request holds every
+        # later one of its adapter and priority (v4 holds a victim's requests from
+        # the first that cannot end by the deadline on; cohort members, never
+        # held, are older than any request of their adapter outside the cohort).
+        cs.append(_fa([r1, r2], z3.Implies(z3.And(st.H(r1), z3.Not(s.ever(r1)), st.ahead(r1, r2),
+                                                  _same_key(g, r1, r2)), st.H(r2))))
     # monotone scan flags
     cs += [
         _fa([r1, r2], z3.Implies(z3.And(st.stop(r1), st.ahead(r1, r2)), st.stop(r2))),
@@ -1207,6 +1217,7 @@ MUTANT_RUNS: tuple[tuple[str, bool, str], ...] = (
     ("vllm", False, "preempted_stay_running"),
     ("vllm", False, "scan_order_free"),
     ("fair", False, "star_not_oldest"),
+    ("fair", False, "hold_any"),
     # the field's gates: each proved property of each gate has a bug that breaks it
     ("drainer", False, "cap_off_by_one"),
     ("drainer", False, "seat_off_by_one"),
@@ -1405,13 +1416,14 @@ class CrossResult:
     throttled: int = 0  # steps run with the DP prefill throttle
     throttle_holds: int = 0  # waiting requests the throttle stopped the scan at
     deferred: int = 0  # running requests left unscheduled by the reference itself (budget, async, throttle)
+    guard_exempt: int = 0  # fair: a victim's requests admitted while r* waits (drain or cohort admissions)
     failures: list[str] = field(default_factory=list)
 
 
 def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int = 3, seed: int = 0,
                skip: bool = False, async_scheduling: bool = False, kv_blocks: int | None = None,
                queue: str = "fcfs", horizon: int = 14, timeout_ms: int = 20_000,
-               model: Model | None = None, max_prompt: int = 3, max_output: int = 3,
+               model: Model | None = None, max_prompt: int = 3, crowd: bool = False, max_output: int = 3,
                last_arrival: int = 4) -> CrossResult:
     """Bounded instance against the reference: instantiate the sorts with the
     R requests and A+1 adapters (0 = base) of random runs of
@@ -1428,8 +1440,11 @@ def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int =
     after) are pinned from the reference; everything the model leaves free
     (scan order, cap sets, post ghosts, drainer's `rem`, vtc's visit
     counters) is found by Z3. Arrivals are in steps 1..`last_arrival`,
-    outputs 1..`max_output` tokens. `model` replaces the model matching `policy` (to show that
-    a wrong model is caught). A failure means the model excludes a real behaviour (the
+    outputs 1..`max_output` tokens. `model` replaces the model matching
+    `policy` (to show that a wrong model is caught); `crowd` draws one slot,
+    two seats, two adapters, S 1..2, arrivals at steps 1-2 and outputs 1 or
+    3, where fair's victims have queues (drain and cohort admissions). A
+    failure means the model excludes a real behaviour (the
     over-approximation would be unsound) or the invariant is false on a
     reachable state."""
     from lora_sched.policy import make_gate
@@ -1452,16 +1467,20 @@ def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int =
     solver.add(g.axioms() + [g.base == ads[0]] + sy.trans() + list(inv0.values()) + list(sy.inv(sy.s1).values()))
     out = CrossResult()
     for run in range(runs):
-        cfg = Config(max_loras=rng.randint(1, 2), max_num_seqs=rng.randint(1, 4),
+        cfg = Config(max_loras=1 if crowd else rng.randint(1, 2), max_num_seqs=2 if crowd else rng.randint(1, 4),
                      max_num_batched_tokens=rng.randint(1, 8), kv_blocks=kv_blocks, block_size=2,
                      queue=queue, async_scheduling=async_scheduling, policy=policy,
-                     starvation_steps=rng.randint(0, 2))
+                     starvation_steps=rng.randint(1, 2) if crowd else rng.randint(0, 2))
         sched = Scheduler(cfg, make_gate(policy))
-        arrivals = sorted(rng.randint(1, last_arrival) for _ in ids)
-        wl = [Request(ids[i], rng.randint(0, adapters), rng.randint(1, max_prompt), rng.randint(1, max_output),
-                      arrivals[i], priority=rng.randint(0, 1) if queue == "priority" else 0) for i in range(requests)]
+        arrivals = sorted(rng.randint(1, 2 if crowd else last_arrival) for _ in ids)
+        lo, hi = (1, 2) if crowd else (0, adapters)
+        wl = [Request(ids[i], rng.randint(lo, hi), rng.randint(1, max_prompt),
+                      rng.choice((1, 3)) if crowd else rng.randint(1, max_output), arrivals[i],
+                      priority=rng.randint(0, 1) if queue == "priority" else 0) for i in range(requests)]
         for step in range(1, horizon + 1):
             before = _snapshot(sched)
+            guard = getattr(sched.gate, "guard", None)
+            star0 = getattr(guard, "star", None)
             arrive = [r for r in wl if r.arrival == step]
             for r in arrive:
                 sched.add(r)
@@ -1486,6 +1505,9 @@ def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int =
             solver.pop()
             out.steps += 1
             out.admissions += len(rec.admitted)
+            guard = getattr(sched.gate, "guard", None)
+            if star0 is not None and getattr(guard, "star", None) == star0:
+                out.guard_exempt += sum(1 for r in rec.admitted if sched.state.adapter(r) in guard.victims)
             out.preemptions += len(rec.preempted)
             out.skipped += len(skips)
             out.cap_skips += sum(1 for why in rec.holds.values() if why in ("lora_cap", "lora_stop", "fair_guard"))

@@ -14,7 +14,7 @@ POLICIES = ("blocking", "vllm", "fair")
 # The field's policies and fair's prototypes: reference gates for the frontier
 # (bench.frontier), checked by the same properties, not shipped as vLLM
 # scheduler classes (so not in POLICIES, which the harnesses iterate).
-REFERENCE_POLICIES = ("drainer", "timeslice", "vtc", "fair_cohort", "fair_drain", "fair_lrw")
+REFERENCE_POLICIES = ("drainer", "timeslice", "vtc")
 
 
 class ConfigError(ValueError):

@@ -47,6 +47,7 @@ class Observer:
     last_step: int = 0
     violations: list[Violation] = field(default_factory=list)
     _prev_scheduled: set[str] = field(default_factory=set)
+    _prev_sampled: set[str] = field(default_factory=set)  # async: sampled last step, output not applied yet
     _deferred_finish: list[str] = field(default_factory=list)
 
     def arrive(self, req: Request) -> None:
@@ -90,6 +91,7 @@ class Observer:
             blocks_after=blocks_after,
             used_before_scan=used_before_scan,
             in_flight=set(self._prev_scheduled) if cfg.async_scheduling else set(),
+            outputs_left={rid: o.req.max_tokens - o.sampled + (rid in self._prev_sampled) for rid, o in reqs.items()},
         )
         found = []
         for prop in STEP_PROPERTIES.values():
@@ -112,12 +114,15 @@ class Observer:
             o.status = "running"
             if o.first_admitted is None:
                 o.first_admitted = rec.step
+        sampled = set()
         for rid, n in rec.scheduled.items():
             o = reqs[rid]
             o.computed += n
             o.blocks = blocks_after.get(rid, o.blocks)
             if o.computed >= o.num_tokens:
                 o.sampled += 1
+                sampled.add(rid)
+        self._prev_sampled = sampled if self.config.async_scheduling else set()
         if self.config.async_scheduling:
             done, self._deferred_finish = self._deferred_finish, list(rec.finished)
         else:

@@ -9,7 +9,7 @@ clause that failed. `bounded_wait` is judged over a whole run.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from lora_sched.spec.cap import cap_blocks
@@ -48,6 +48,7 @@ class StepView:
     blocks_after: dict[str, int]  # KV blocks of running_after
     used_before_scan: int  # KV blocks held when the waiting scan starts
     in_flight: set[str]  # async: requests whose previous output is not applied
+    outputs_left: dict[str, int] = field(default_factory=dict)  # max_tokens - outputs applied, when the step starts
 
 
 def _loras(view: StepView, ids: list[str] | dict[str, int]) -> set[int]:

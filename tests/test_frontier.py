@@ -117,3 +117,14 @@ def test_optimum_search_matches_the_core_on_random_small_instances():
         for _ in range(3):
             cfg, reqs = small_mutate(cfg, reqs, rng, n_max=7)
         check_abstraction(cfg, reqs)
+
+
+def test_adversarial_cli_narrows_the_search(tmp_path):
+    """`--search-policies/--objectives/--suffix` run one (policy, objective) and
+    name its family; an unknown name is an error (exit 2), not a silent no-op."""
+    out = tmp_path / "out"
+    assert cli_main(["bench", "--adversarial", "--search-policies", "vtc", "--objectives", "wait", "--iters", "2",
+                     "--restarts", "1", "--suffix", "t", "--families-dir", str(tmp_path), "--out", str(out)]) == 0
+    assert [p.name for p in tmp_path.glob("adv-*.json")] == ["adv-vtc-wait-t.json"]
+    assert cli_main(["bench", "--adversarial", "--search-policies", "nope", "--families-dir", str(tmp_path),
+                     "--out", str(out)]) == 2

@@ -42,7 +42,7 @@ class Template:
         self.p = enc.make_params(b)
         s = enc.make_state(b, "pre")
         self.mid = enc.Mid(z3.Int("t"), s.W, s.R, s.F, s.X, s.computed, s.generated, s.admitted_at, s.ever,
-                           s.arrival, s.Z, s.V, s.AS, s.pend, s.D, s.pcb, s.wave, z3.Bool("throttle"))
+                           s.arrival, s.Z, s.V, s.DL, s.CO, s.pend, s.D, s.pcb, s.wave, z3.Bool("throttle"))
         self.skip = [z3.Bool(f"sk_{i}") for i in range(B.requests)]
         self.post, self.aux, cs = enc.schedule(self.p, policy, self.mid, self.skip, "d")
         self.props = {name: enc.step_property(name, self.p, self.aux, self.post) for name in enc.STEP_PROPS}
@@ -54,7 +54,7 @@ class Template:
         eqs = [p.M == cfg.max_loras, p.N == cfg.max_num_seqs, p.T == cfg.max_num_batched_tokens,
                p.S == cfg.starvation_steps, m.step == step, m.wave == wave,
                m.throttle == throttled(cfg, wave), m.pcb == st.prefill_capacity_bound]
-        eqs += guard_eqs(sched, ids, m.Z, m.V, m.AS)
+        eqs += guard_eqs(sched, ids, m.Z, m.V, m.DL, m.CO)
         for i in range(B.requests):
             rid = ids[i] if i < len(ids) else None
             rs = st.reqs.get(rid) if rid else None
@@ -85,7 +85,9 @@ class Template:
                               if z3.is_true(mod.eval(post.Z[i], model_completion=True))), None),
                         {a + 1 for a in range(B.adapters) if z3.is_true(mod.eval(post.V[a], model_completion=True))},
                         {a + 1: v for a in range(B.adapters)
-                         if (v := mod.eval(post.AS[a], model_completion=True).as_long()) != 0})
+                         if (v := mod.eval(post.DL[a], model_completion=True).as_long()) != 0},
+                        {ids[i]: v for i in range(len(ids))
+                         if (v := mod.eval(post.CO[i], model_completion=True).as_long()) != 0})
         for i, rid in enumerate(ids):
             for name, var in (("waiting", post.W[i]), ("running", post.R[i]), ("finished", post.F[i]),
                               ("aborted", post.X[i]), ("pending", post.pend[i]), ("deferred", post.D[i])):
@@ -102,19 +104,20 @@ class Template:
         return out
 
 
-def python_guard(sched: Scheduler) -> tuple[str | None, set[int], dict[int, int]]:
-    """fair's FairGuard memory (star, victims, active_since); empty for the other gates."""
+def python_guard(sched: Scheduler) -> tuple[str | None, set[int], dict[int, int], dict[str, int]]:
+    """fair's FairGuard memory (star, victims, deadlines, cohort); empty for the other gates."""
     g = getattr(sched.gate, "guard", None)
     if g is None:
-        return None, set(), {}
-    return g.star, set(g.victims), dict(g.active_since)
+        return None, set(), {}, {}
+    return g.star, set(g.victims), dict(g.deadline), dict(g.cohort)
 
 
-def guard_eqs(sched: Scheduler, ids: list[str], Z: list, V: list, AS: list) -> list:
-    star, victims, active = python_guard(sched)
+def guard_eqs(sched: Scheduler, ids: list[str], Z: list, V: list, DL: list, CO: list) -> list:
+    star, victims, deadline, cohort = python_guard(sched)
     return ([Z[i] == (i < len(ids) and ids[i] == star) for i in range(B.requests)]
             + [V[a] == (a + 1 in victims) for a in range(B.adapters)]
-            + [AS[a] == active.get(a + 1, 0) for a in range(B.adapters)])
+            + [DL[a] == deadline.get(a + 1, 0) for a in range(B.adapters)]
+            + [CO[i] == (cohort.get(ids[i], 0) if i < len(ids) else 0) for i in range(B.requests)])
 
 
 def python_post(sched: Scheduler, ids: list[str], scheduled: dict[str, int]) -> dict:
@@ -135,18 +138,23 @@ def python_post(sched: Scheduler, ids: list[str], scheduled: dict[str, int]) -> 
 def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, budget: list[int],
                seen: dict[str, int]) -> None:
     mode = {"async_scheduling": b.async_scheduling, "prefill_schedule_interval": b.prefill_interval}
-    if rnd.random() < 0.5:  # any config in the bounds
+    kind = rnd.random()
+    n, adapters, last = rnd.randint(1, B.requests), (0, 3), 8
+    if kind < 0.3:  # any config in the bounds
         cfg = Config(max_loras=rnd.randint(1, 2), max_num_seqs=rnd.randint(1, 3),
                      max_num_batched_tokens=rnd.randint(1, 6), starvation_steps=rnd.randint(0, 3), policy=policy,
                      **mode)
-    else:  # contended LoRA slots, seats and budget to spare: fair's guard picks victims
+    elif kind < 0.5:  # contended LoRA slots, seats and budget to spare: fair's guard picks victims
         cfg = Config(max_loras=1, max_num_seqs=rnd.randint(2, 3), max_num_batched_tokens=rnd.randint(3, 6),
                      starvation_steps=rnd.randint(0, 1), policy=policy, **mode)
+    else:  # two adapters, one slot, two seats, a crowd at once: victims with queues (drain, cohorts)
+        cfg = Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=rnd.randint(3, 6),
+                     starvation_steps=rnd.randint(1, 2), policy=policy, **mode)
+        n, adapters, last = B.requests, (1, 2), 4
     sched = Scheduler(cfg, make_gate(policy))
     obs = Observer(cfg, FairHolds(cfg) if policy == "fair" else None)
-    n = rnd.randint(1, B.requests)
-    reqs = [Request(f"r{i}", rnd.randint(0, 3), rnd.randint(1, 4), rnd.randint(1, 3), 0) for i in range(n)]
-    arrivals = sorted(rnd.randint(1, 8) for _ in range(n))
+    reqs = [Request(f"r{i}", rnd.randint(*adapters), rnd.randint(1, 4), rnd.randint(1, 3), 0) for i in range(n)]
+    arrivals = sorted(rnd.randint(1, last) for _ in range(n))
     ids: list[str] = []
     events: list[tuple[int, str, object]] = []  # for the observer, applied when their step starts
     held: list[tuple[object, set[str]]] = []  # async: a record completes one step later
@@ -185,8 +193,14 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
         want = tmpl.step(sched, step, ids, skip, wave)
         sure_to_finish = {r for r in st.running if st.reqs[r].placeholders > 0 and st.reqs[r].computed + 1
                           >= st.reqs[r].req.prompt_tokens + st.reqs[r].req.max_tokens}
+        star0, _, _, cohort0 = python_guard(sched)
         rec = sched.step(step, skip, throttle=throttled(cfg, wave))
         wave += 1
+        star1, victims1, _, _ = python_guard(sched)
+        for rid in rec.admitted:  # fair let a victim's request in while r* still waits
+            if star0 is not None and star1 == star0 and st.adapter(rid) in victims1:
+                kind = "(cohort admission)" if rid in cohort0 else "(drain admission)"
+                seen[kind] = seen.get(kind, 0) + 1
         if "throttle" in rec.holds.values():  # the scan stopped at a deferred prefill
             seen["(throttle stop)"] = seen.get("(throttle stop)", 0) + 1
         if sure_to_finish and not sure_to_finish & set(rec.scheduled):  # async: left unscheduled
@@ -227,5 +241,7 @@ def test_smt_step_equals_python_step(policy: str, mode: str) -> None:
                 "fair": set()}[policy]
     if mode == "async_throttle":  # the mechanisms were exercised, not only configured
         expected |= {"(throttle stop)", "(async skip)"}
+    if policy == "fair":  # so were fair's exemptions from the guard's hold
+        expected |= {"(cohort admission)", "(drain admission)"}
     assert expected <= set(seen), f"{policy}/{mode}: violations compared {seen}"
     print(f"{policy}/{mode}: violated states compared per property: {seen}")

@@ -138,6 +138,7 @@ CROSS = [
     ("fair", dict(skip=True, async_scheduling=True, kv_blocks=3, seed=1)),
     ("fair", dict(skip=True, queue="priority", kv_blocks=4, seed=1)),
     ("fair", dict(skip=True, max_prompt=8, seed=4)),  # long prompts: the DP throttle stops scans
+    ("fair", dict(crowd=True, seed=3)),  # victims with queues: drain and cohort admissions
     # the field's gates, on seeds whose runs hit each gate's own rule (drains, tolerance holds,
     # inactive adapters, vtc's stop): with async scheduling and skips, and the drainer (whose
     # model adds the most) synchronous too
@@ -168,15 +169,16 @@ def test_reference_steps_are_model_steps(i: int) -> None:
 def test_crosscheck_covers_the_mechanisms() -> None:
     """The cross-checked runs include preemptions, skipped running requests,
     running requests the reference itself leaves unscheduled (budget, async),
-    scans stopped by the DP throttle, and requests left by the LoRA cap or
-    fair's guard (so those branches of the model are compared with the
-    reference)."""
+    scans stopped by the DP throttle, requests left by the LoRA cap or
+    fair's guard, and victims' requests fair admits while r* waits (so those
+    branches of the model are compared with the reference)."""
     rs = [_cross(i) for i in range(len(CROSS))]
     assert sum(r.preemptions for r in rs) > 0
     assert sum(r.skipped for r in rs) > 0
     assert sum(r.deferred for r in rs) > 0
     assert sum(r.throttle_holds for r in rs) > 0
     assert sum(r.cap_skips for r in rs) > 0
+    assert sum(r.guard_exempt for r in rs) > 0
 
 
 @pytest.mark.parametrize("gate", u.FIELD)

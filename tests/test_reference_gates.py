@@ -20,20 +20,16 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from dataclasses import replace
 
-import pytest
 from hypothesis import find, given
 from hypothesis import strategies as st
 from lora_sched.policy.driver import Workload, run
-from lora_sched.policy.fair import observed_bound, workload_bound
-from lora_sched.policy.workloads import FAMILIES
+from lora_sched.policy.fair import workload_bound
 from lora_sched.spec.check import check_trace
 from lora_sched.spec.config import REFERENCE_POLICIES, Config
 from lora_sched.spec.request import Request
 from lora_sched.spec.trace import read_trace
 from strategies import scenarios
-from test_fair_growth import LENGTHS, VARIANTS
 from test_search_violations import SEARCH, STARVE_BOUND, adapter_streams
 from test_state_machines import _round_trip
 
@@ -165,26 +161,6 @@ def test_timeslice_holds_inactive_adapters():
 
 def test_vtc_stops_behind_a_blocked_client():
     _hol("vtc", "vtc_stop")
-
-
-@pytest.mark.parametrize("variant", ["sync", "async+throttle"])
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("policy", ["fair_cohort", "fair_drain", "fair_lrw"])
-@pytest.mark.parametrize("s", [0, 16])
-def test_fair_prototypes_worst_wait_does_not_grow(policy, family, variant, s):
-    """The fair prototypes keep what `tests/test_fair_growth.py` asks of fair:
-    on the growth families the worst wait does not grow with the stream and
-    stays within fair's B (the cohort is not covered by B's argument, so this
-    is the check that can catch it; `test_fair_growth` shows the check fails
-    on a planted rule)."""
-    worst, bounds = [], []
-    for n in LENGTHS:
-        cfg, wl = FAMILIES[family](n, **VARIANTS[variant])
-        result = run(replace(cfg, policy=policy, starvation_steps=s), wl)
-        worst.append(max(result.waits().values()))
-        bounds.append(observed_bound(result.config, wl.requests, result.records))
-    assert worst[-1] <= worst[0], f"{policy} {family}/{variant}/S={s}: worst wait grows {worst}"
-    assert all(w <= b for w, b in zip(worst, bounds, strict=True)), (worst, bounds)
 
 
 @given(st.sampled_from(REFERENCE_POLICIES).flatmap(lambda p: scenarios(policy=p)))

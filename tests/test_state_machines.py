@@ -6,8 +6,7 @@ aborts and steps on a random small config, and feeds the same events to
 `spec.observe.Observer`, which re-derives the state from the events alone
 and evaluates the step predicates of `spec.properties`. After every step the
 test asserts that no property the policy claims (`policy.claims`) is
-violated; for `fair` (and its prototypes `fair_cohort`, `fair_drain`,
-`fair_lrw`) it also checks bounded_wait with `policy.fair.fair_bound` (Q the
+violated; for `fair` it also checks bounded_wait with `policy.fair.fair_bound` (Q the
 observed peak) at teardown, after draining the run, where
 `policy.fair.bound_applies` (one priority, no skips). The reference gates
 `drainer`, `timeslice` and `vtc` run here too, for what they claim.
@@ -226,24 +225,9 @@ class VtcMachine(PolicyMachine):
     policy = "vtc"
 
 
-class FairCohortMachine(PolicyMachine):
-    policy = "fair_cohort"
-
-
-class FairDrainMachine(PolicyMachine):
-    policy = "fair_drain"
-
-
-class FairLrwMachine(PolicyMachine):
-    policy = "fair_lrw"
-
-
 TestDrainer = DrainerMachine.TestCase
 TestTimeslice = TimesliceMachine.TestCase
 TestVtc = VtcMachine.TestCase
-TestFairCohort = FairCohortMachine.TestCase
-TestFairDrain = FairDrainMachine.TestCase
-TestFairLrw = FairLrwMachine.TestCase
 
 
 def _round_trip(scenario):

@@ -18,6 +18,10 @@ GATES = {"blocking": BlockingGate, "vllm": VllmGate, "fair": FairGate,
 # trace (spec.properties.PolicyHolds): they do not claim no_hol_blocking.
 UNDECLARED_HOLDS = {"drainer", "timeslice", "vtc"}
 FAIR_CAP = {"fair"}  # cap over every running request's adapter
+# Gates whose own rule bounds the adapters of every running request, scheduled
+# or not: timeslice admits only active adapters and never deactivates one in
+# use (proved for any size in proofs.unbounded, model timeslice+skip).
+EVERY_RUNNING_CAP = FAIR_CAP | {"timeslice"}
 assert tuple(GATES) == POLICIES + REFERENCE_POLICIES, "spec.config lists the policies, in this order"
 
 
@@ -36,15 +40,21 @@ def claims(policy: str, config: Config, *, skipped_running: bool = False) -> set
     - `fair` counts every running request's adapter, so it claims both caps
       everywhere, and `bounded_wait` (checked where `policy.fair.bound_applies`).
     - The reference gates (tests/test_reference_gates.py) keep vLLM's cap;
-      `drainer` gives up `fifo_within_adapter` (its 1.2x tolerance admits a
-      short request of a draining adapter past a long one); `drainer`,
-      `timeslice` and `vtc` give up `no_hol_blocking`, and `drainer` and
-      `timeslice` are shown to starve.
+      `timeslice` also claims both caps everywhere: at most `max_loras`
+      adapters are active and an adapter in use is never deactivated, so
+      every running request's adapter is one of them (proved for any size,
+      `proofs.unbounded`, model timeslice+skip); `drainer` gives up
+      `fifo_within_adapter` (its 1.2x tolerance admits a short request of a
+      draining adapter past a long one); `drainer`, `timeslice` and `vtc`
+      give up `no_hol_blocking`, and `drainer` and `timeslice` are shown to
+      starve.
     """
     claimed = {"capacity", "conservation", "fifo_within_adapter"}
     unscheduled = skipped_running or config.prefill_schedule_interval > 1
-    if policy in FAIR_CAP:
-        claimed |= {"batch_lora_cap", "running_lora_cap", "bounded_wait"}
+    if policy in EVERY_RUNNING_CAP:
+        claimed |= {"batch_lora_cap", "running_lora_cap"}
+        if policy in FAIR_CAP:
+            claimed.add("bounded_wait")
     elif not unscheduled:
         claimed.add("batch_lora_cap")
         if not config.async_scheduling:

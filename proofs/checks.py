@@ -49,7 +49,7 @@ def wait_bound(b: enc.Bounds) -> int:
 class Check:
     policy: str
     property: str
-    method: str  # kind | bmc | wait | lasso
+    method: str  # kind | bmc | wait | lasso | unbounded (proofs.unbounded: any size, bounds only for skip)
     bounds: enc.Bounds
     depth: int
     expect: str  # proved | holds | cex
@@ -67,7 +67,9 @@ class Check:
                                                  (f"throttle/{b.prefill_interval}", b.prefill_interval > 1),
                                                  (f"kv<={b.kv_blocks[1] if b.kv_blocks else 0}", b.kv_blocks),
                                                  ("priority", b.priority)) if on)
-        if self.property == "bounded_wait" and self.method == "lasso":
+        if self.method == "unbounded":
+            extra += " (any size)"
+        elif self.property == "bounded_wait" and self.method == "lasso":
             extra += " (lasso)"
         elif self.property == "bounded_wait":
             extra += f" (B={self.wait_bound()})"
@@ -96,6 +98,10 @@ def default_checks(bounds: enc.Bounds, depth: int) -> list[Check]:
 
 
 def run_check(c: Check, progress: engine.Progress | None = None, timeout_ms: int = 120_000) -> engine.Result:
+    if c.method == "unbounded":
+        from lora_sched.proofs import unbounded
+
+        return unbounded.manifest_result(c.policy, c.property, skip=c.bounds.skip, timeout_ms=timeout_ms)
     if c.method == "kind":
         return engine.kinduction(c.bounds, c.policy, c.property, c.depth, timeout_ms=timeout_ms, progress=progress)
     if c.method == "wait":

@@ -33,13 +33,15 @@ from lora_sched.proofs import engine
 from lora_sched.proofs.cex import emit_test, write_itf
 from lora_sched.proofs.checks import Check, default_checks, run_check
 from lora_sched.proofs.manifest import MANIFEST, drift, load
+from lora_sched.proofs.unbounded import POLICIES as UNBOUNDED_POLICIES
 from lora_sched.spec.check import json_envelope
 
 VERDICT_WORDS = {"cex": "violated"}  # engine verdict -> the word `check --json` uses too
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", choices=enc.POLICIES, help="only this policy")
+    p.add_argument("--policy", choices=[*enc.POLICIES, *(q for q in UNBOUNDED_POLICIES if q not in enc.POLICIES)],
+                   help="only this policy (drainer, timeslice, vtc: with --unbounded only)")
     p.add_argument("--property", choices=[*enc.STEP_PROPS, "bounded_wait"], help="only this property")
     p.add_argument("--depth", type=int, default=4, help="BMC depth (default 4)")
     p.add_argument("--requests", type=int, default=4, help="request slots R (default 4)")
@@ -134,6 +136,10 @@ def main(args: argparse.Namespace) -> int:
     if getattr(args, "unbounded", False):
         from lora_sched.proofs import unbounded
         return unbounded.cli_main(args)
+    if args.policy is not None and args.policy not in enc.POLICIES and not args.manifest:
+        print(f"lora-sched prove: --policy {args.policy} is checked only by --unbounded (or --manifest)",
+              file=sys.stderr)
+        return 2
     if args.mutants is not None:
         return run_mutants(args)
     checks = select(args)

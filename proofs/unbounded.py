@@ -14,7 +14,7 @@ formula, see below), assert one named invariant of the post-state or one
 step property of `PROPERTIES`. `init ⇒ Inv`, `Inv ∧ step ⇒ Inv'` and
 `Inv ∧ step ⇒ P` unsat-checked one at a time, each printed as one timed line
 (`check_all`). Bounds: none on the sorts; runtime 0.01-0.5 s per obligation,
-about 1 s per model, on 2 cores (figures in `benchmark` and
+about 1 s per model (the field's gates 0.2-3 s), on 2 cores (figures in `benchmark` and
 docs/proofs-unbounded.md).
 
 Vocabulary (each state): `arrived W R F X ever star: Req -> Bool`
@@ -72,6 +72,44 @@ scheduling, limited or unlimited KV, chunked prefill on or off, any
 * output: any scheduled request may finish (with `skip`, any running one or
   a preempted one with stale output: async applies the previous step's).
 
+The field's gates (`policy/drainer.py`, `timeslice.py`, `vtc.py`) take
+vLLM's cap (C0 = adapters of the scheduled running requests, a cap-blocked
+request skipped) and add their own rule:
+
+* `drainer` (SGLang's LoRADrainer): state `drain` (draining adapters) and
+  `gen` (output tokens generated, one more per step at most), rigid
+  `max_tokens`. The scan's draining set D holds only adapters with a running
+  request (cleared otherwise, L159-173), keeps every draining adapter that
+  still runs, and gains an adapter only when some waiting LoRA request has
+  waited more than S steps (`starve`; L101-157). `rem(a)` is the largest
+  `max_tokens - generated` among a's running requests (an ∀ bound and an ∃
+  witness). A request of a draining adapter is admitted only if
+  5·max_tokens <= 6·rem (`can_schedule`'s 1.2x, L175-190; the same as
+  SGLang's float test for every value up to 300), else skipped. Abstracted:
+  the slots-full condition and which running adapter becomes the victim
+  (fewest remaining tokens) are free choices; a step without a scan may
+  keep the old draining set. No FIFO invariant: the tolerance breaks it.
+* `timeslice` (LoRAX's adapter cycle): state `act` (active adapters), whose
+  ghost `slot` injects them into {0..M-1} (the while loop activates only
+  while fewer than M are active, L409-444). An active adapter with a running
+  request stays active (removal and cycling need "not in use", L349-394);
+  any other may be deactivated and any adapter activated into a free slot;
+  a LoRA request is admitted only if its adapter is active (else skipped),
+  then vLLM's cap applies. The scan visits per-adapter queues, each in
+  queue order. Abstracted: the pending queue's order, the slice length and
+  the cycle's "front adapter" choice, the oldest-head merge across adapters.
+  Since every running adapter is active, both caps hold with skips too.
+* `vtc` (virtual token counter): state `cnt` (counters, 0 at init, never
+  decreasing), rigid `prompt_tokens`. Each visited request has the counter
+  `vc` its adapter had when visited: the visit order never goes down in
+  `vc` (the least-served adapter first; counters only grow in a scan), an
+  adapter's next request has `vc` at least the previous one's plus its
+  prompt when never admitted (the input charge, L122-124), and every `vc`
+  is at least the adapter's counter before the scan (the lift and output
+  charges only raise it). Per-adapter queues in queue order; a cap-blocked
+  request stops the scan (VTC's `break`, like `blocking`). Abstracted: the
+  exact charges (lift, outputs), adapter-id tie breaks.
+
 Non-vacuity: per model, `Inv ∧ step` admits a new adapter beside a running
 one (sat; `VACUOUS_MUTANT` must fail it); `TRACES` are reachability checks
 from init (mypyvy's `sat trace`), and the violating ones replay in
@@ -99,7 +137,8 @@ from dataclasses import dataclass, field
 
 import z3
 
-POLICIES = ("vllm", "fair", "blocking")
+POLICIES = ("vllm", "fair", "blocking", "drainer", "timeslice", "vtc")
+FIELD = ("drainer", "timeslice", "vtc")  # the field's reference gates (policy/drainer.py, timeslice.py, vtc.py)
 PROPERTIES = ("running_lora_cap", "batch_lora_cap", "capacity", "conservation", "fifo_within_adapter")
 CAP_PROPERTIES = ("running_lora_cap", "batch_lora_cap")
 
@@ -129,6 +168,9 @@ MUTANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "preempted_stay_running": ("a preempted request goes back to waiting but stays running", ("conservation",)),
     "scan_order_free": ("the scan may visit never-admitted requests out of seq order", ("fifo_within_adapter",)),
     "star_not_oldest": ("fair's fresh r* need not be the oldest of its adapter", ("fifo_within_adapter",)),
+    "evict_in_use": ("timeslice may deactivate an adapter that has a running request", CAP_PROPERTIES),
+    "vtc_order_free": ("vtc's scan need not keep an adapter's queue in order (the counter order alone)",
+                       ("fifo_within_adapter",)),
     "hold_any": ("fair's guard may hold any requests, not a tail of an adapter's queue", ("fifo_within_adapter",)),
 }
 # A planted bug that makes the caps hold vacuously: no request of a new adapter
@@ -146,6 +188,8 @@ class Sig:
         self.base = z3.Const("base", ad)
         self.prio = z3.Function("prio", req, z3.IntSort())
         self.seq = z3.Function("seq", req, z3.IntSort())
+        self.mt = z3.Function("max_tokens", req, z3.IntSort())  # drainer's tolerance
+        self.prompt = z3.Function("prompt_tokens", req, z3.IntSort())  # vtc's input charge
         self.M, self.N, self.T, self.S = z3.Ints("max_loras max_num_seqs max_num_batched_tokens starvation_steps")
 
     def axioms(self) -> list[z3.BoolRef]:
@@ -181,13 +225,21 @@ class State:
         self.seat = z3.Function(f"seat@{tag}", g.req, Z)
         self.slot = z3.Function(f"slot@{tag}", g.ad, Z)
         self.step = z3.Int(f"step@{tag}")
+        # the field's gates: output tokens generated (drainer's remaining work),
+        # drainer's draining set, timeslice's active set, vtc's virtual counters
+        self.gen = z3.Function(f"gen@{tag}", g.req, Z)
+        self.drain = z3.Function(f"drain@{tag}", g.ad, B)
+        self.act = z3.Function(f"act@{tag}", g.ad, B)
+        self.cnt = z3.Function(f"cnt@{tag}", g.ad, Z)
 
 
 def init(g: Sig, s: State) -> z3.BoolRef:
-    """The empty scheduler before step 1 (ghosts arbitrary)."""
-    r = g.r("r")
+    """The empty scheduler before step 1 (ghosts arbitrary): no adapter
+    drains or is active, every virtual counter is 0."""
+    r, a = g.r("r"), g.a("a")
     return z3.And(s.step == 0, _fa([r], z3.And(*[z3.Not(p(r)) for p in (s.arrived, s.W, s.R, s.F, s.X,
-                                                                       s.ever, s.star)])))
+                                                                       s.ever, s.star)])),
+                  _fa([a], z3.And(z3.Not(s.drain(a)), z3.Not(s.act(a)), s.cnt(a) == 0)))
 
 
 def _injective(g: Sig, member: Callable[[z3.ExprRef], z3.BoolRef], val: Callable[[z3.ExprRef], z3.ArithRef],
@@ -211,6 +263,14 @@ def seats_ok(g: Sig, member: Callable[[z3.ExprRef], z3.BoolRef], seat: z3.FuncDe
     return _injective(g, member, seat, lambda r: r, g.N)
 
 
+def active_ok(g: Sig, act: z3.FuncDeclRef, slot: z3.FuncDeclRef) -> z3.BoolRef:
+    """timeslice: at most M active adapters (> 0): `slot` injects them into {0..M-1}."""
+    a1, a2 = g.a("a1"), g.a("a2")
+    return z3.And(
+        _fa([a1], z3.Implies(act(a1), z3.And(a1 != g.base, slot(a1) >= 0, slot(a1) < g.M))),
+        _fa([a1, a2], z3.Implies(z3.And(act(a1), act(a2), slot(a1) == slot(a2)), a1 == a2)))
+
+
 def _same_key(g: Sig, r1: z3.ExprRef, r2: z3.ExprRef) -> z3.BoolRef:
     return z3.And(g.adapter(r1) == g.adapter(r2), g.prio(r1) == g.prio(r2))
 
@@ -225,10 +285,13 @@ def invariants(g: Sig, s: State, m: Model) -> dict[str, z3.BoolRef]:
       steps are nondecreasing in `seq`; a never-admitted waiting request has
       waited since its arrival; a running request was admitted.
     seats: running requests inject into {0..N-1} (so at most N run).
-    slots (not for vllm/blocking with skip): adapters of running requests
-      inject into {0..M-1} (so at most M are running).
-    fifo_state: no never-admitted waiting request precedes (in `seq`) an
-      admitted request of its adapter and priority.
+    slots (not for vllm/blocking/drainer/vtc with skip): adapters of running
+      requests inject into {0..M-1} (so at most M are running); for
+      timeslice, its active adapters inject into {0..M-1} instead, and
+    active_running (timeslice): the adapter of every running request is active.
+    fifo_state (not for drainer, whose tolerance breaks it): no
+      never-admitted waiting request precedes (in `seq`) an admitted request
+      of its adapter and priority.
     star_first (fair): no never-admitted waiting request precedes a waiting,
       never-admitted r* of its adapter and priority.
     """
@@ -247,10 +310,14 @@ def invariants(g: Sig, s: State, m: Model) -> dict[str, z3.BoolRef]:
         _fa([r], z3.Implies(z3.And(s.W(r), z3.Not(s.ever(r))), s.ws(r) == s.arr(r))),
         _fa([r], z3.Implies(s.R(r), s.ever(r))))
     inv["seats"] = seats_ok(g, s.R, s.seat)
-    if m.policy == "fair" or not m.skip:
+    if m.policy == "timeslice":
+        inv["slots"] = active_ok(g, s.act, s.slot)
+        inv["active_running"] = _fa([r], z3.Implies(z3.And(s.R(r), g.lora(r)), s.act(g.adapter(r))))
+    elif m.policy == "fair" or not m.skip:
         inv["slots"] = slots_ok(g, s.R, s.slot)
-    inv["fifo_state"] = _fa([r1, r2], z3.Implies(
-        z3.And(s.ever(r1), s.W(r2), z3.Not(s.ever(r2)), _same_key(g, r1, r2)), z3.Not(g.seq(r2) < g.seq(r1))))
+    if m.policy != "drainer":
+        inv["fifo_state"] = _fa([r1, r2], z3.Implies(
+            z3.And(s.ever(r1), s.W(r2), z3.Not(s.ever(r2)), _same_key(g, r1, r2)), z3.Not(g.seq(r2) < g.seq(r1))))
     if m.policy == "fair":
         inv["star_first"] = _fa([r1, r2], z3.Implies(
             z3.And(s.star(r1), s.W(r1), z3.Not(s.ever(r1)), s.W(r2), z3.Not(s.ever(r2)), _same_key(g, r1, r2)),
@@ -277,8 +344,13 @@ class Step:
             self.syms[n] = z3.Function(f"{n}#{t}", g.req, B)
         for n in ("tok", "before"):
             self.syms[n] = z3.Function(f"{n}#{t}", g.req, Z)
-        self.syms["C0"] = z3.Function(f"C0#{t}", g.ad, B)
+        for n in ("C0", "D", "A"):  # D: drainer's draining set, A: timeslice's active set (this scan)
+            self.syms[n] = z3.Function(f"{n}#{t}", g.ad, B)
         self.syms["H"] = z3.Function(f"H#{t}", g.req, B)  # fair: the guard holds this request
+        self.syms["rem"] = z3.Function(f"rem#{t}", g.ad, Z)  # drainer: max remaining output of D's adapters
+        self.syms["vc"] = z3.Function(f"vc#{t}", g.req, Z)  # vtc: the counter of r's adapter when visited
+        self.syms["starve"] = z3.Bool(f"starve#{t}")  # drainer: some waiting request waited > S
+        self.syms["keep"] = z3.Bool(f"keep#{t}")  # drainer: a step without a scan keeps the draining set
         self.syms["ahead"] = z3.Function(f"ahead#{t}", g.req, g.req, B)
         self.syms["so"] = z3.Function(f"so#{t}", g.req, g.req, B)
         self.syms["Cb"] = z3.Function(f"Cb#{t}", g.req, g.ad, B)
@@ -330,6 +402,21 @@ class Step:
     def hold(self, r: z3.ExprRef) -> z3.BoolRef:
         return z3.And(self.H(r), self.h, z3.Not(self.star_s(r)))
 
+    def left(self, r: z3.ExprRef) -> z3.ArithRef:
+        """drainer: output tokens r has still to produce (`max_tokens - generated`)."""
+        return self.g.mt(r) - self.pre_.gen(r)
+
+    def drain_hold(self, r: z3.ExprRef) -> z3.BoolRef:
+        """drainer's `can_schedule` refuses r: its adapter drains and r's
+        max_tokens exceeds 1.2x the adapter's remaining tokens (5 mt > 6 rem,
+        exact; equal to SGLang's float test for every value up to 300)."""
+        g = self.g
+        return z3.And(g.lora(r), self.D(g.adapter(r)), 5 * g.mt(r) > 6 * self.rem(g.adapter(r)))
+
+    def inactive(self, r: z3.ExprRef) -> z3.BoolRef:
+        """timeslice skips r: its adapter is not active in this scan."""
+        return z3.And(self.g.lora(r), z3.Not(self.A(self.g.adapter(r))))
+
     @property
     def pre_(self) -> State:
         return self.pre
@@ -372,10 +459,14 @@ def transition(g: Sig, st: Step) -> list[z3.BoolRef]:
         _fa([r1, r2], z3.Implies(z3.And(st.W1(r1), st.W1(r2), r1 != r2),
                                  z3.Or(st.ahead(r1, r2), st.ahead(r2, r1)))),
     ]
-    if m.mutant != "scan_order_free":
+    # timeslice and vtc visit per-adapter queues (each in queue order), merged
+    # by their own rule: the queue order binds only requests of one adapter.
+    per_adapter = m.policy in ("timeslice", "vtc")
+    if m.mutant not in ("scan_order_free", "vtc_order_free"):
         cs.append(_fa([r1, r2], z3.Implies(
             z3.And(st.W1(r1), st.W1(r2), z3.Not(s.ever(r1)), z3.Not(s.ever(r2)), g.prio(r1) == g.prio(r2),
-                   g.seq(r1) < g.seq(r2), z3.Not(st.star_s(r2))),
+                   g.seq(r1) < g.seq(r2), z3.Not(st.star_s(r2)),
+                   *([g.adapter(r1) == g.adapter(r2)] if per_adapter else [])),
             st.ahead(r1, r2))))
     if fair and m.mutant != "hold_any":
         # fair's holds pass down a queue: a held never-admitted request holds every
@@ -405,17 +496,27 @@ def transition(g: Sig, st: Step) -> list[z3.BoolRef]:
         cs.append(_fa([r1, r2], z3.Implies(z3.And(st.adm(r1), g.lora(r1), st.ahead(r1, r2), st.W1(r2)),
                                            st.Cb(r2, g.adapter(r1)))))
     # admission and the reasons for leaving a request waiting
-    allowed = [st.W1(r), z3.Not(st.stop(r)), z3.Not(st.capb(r))]
+    capb = st.capb(r)
+    allowed = [st.W1(r), z3.Not(st.stop(r)), z3.Not(capb)]
     if fair:
         allowed.append(z3.Not(st.hold(r)))
+    if m.policy == "drainer":
+        allowed.append(z3.Not(st.drain_hold(r)))
+    if m.policy == "timeslice":
+        allowed.append(z3.Not(st.inactive(r)))
     cs.append(_fa([r], z3.Implies(st.adm(r), z3.And(*allowed))))
     reasons = [st.stop(r), s.ever(r)]  # a stop; stale async output (only after an admission)
     if m.policy == "vllm":
-        reasons.append(st.capb(r))
+        reasons.append(capb)
     elif fair:
-        reasons += [st.capb(r), st.hold(r)]
-    else:  # blocking: a cap-blocked request stops the scan
-        cs.append(_fa([r], z3.Implies(z3.And(st.W1(r), st.capb(r)), st.stop(r))))
+        reasons += [capb, st.hold(r)]
+    elif m.policy == "drainer":  # can_schedule's skip, then vLLM's cap skip
+        reasons += [capb, st.drain_hold(r)]
+    elif m.policy == "timeslice":  # an inactive adapter's request, then vLLM's cap skip
+        reasons += [capb, st.inactive(r)]
+    else:  # blocking, vtc: a cap-blocked request stops the scan
+        cs.append(_fa([r], z3.Implies(z3.And(st.W1(r), capb), st.stop(r))))
+    cs += _field_rules(g, st)
     cs.append(_fa([r], z3.Implies(z3.And(st.W1(r), z3.Not(st.adm(r))), z3.Or(*reasons))))
     # fair's r*: sticky, or a fresh waiting request that has waited S and is
     # the oldest (waiting_since, seq) of its priority and adapter.
@@ -435,12 +536,22 @@ def transition(g: Sig, st: Step) -> list[z3.BoolRef]:
     else:
         cs += [_fa([r], z3.Not(st.star_s(r))), _fa([r], p.star(r) == s.star(r))]
     # ghost LoRA slots: kept by running adapters, a free one in [0, M) for a new adapter
+    # (timeslice: kept by active adapters, a free one for a newly activated adapter)
     hi = g.M + 1 if m.mutant == "cap_off_by_one" else g.M
-    cs += [
-        _fa([r], z3.Implies(z3.And(st.R2(r), g.lora(r)), p.slot(g.adapter(r)) == s.slot(g.adapter(r)))),
-        _fa([r], z3.Implies(st.new(r), z3.And(p.slot(g.adapter(r)) >= 0, p.slot(g.adapter(r)) < hi))),
-        _fa([r, a], z3.Implies(z3.And(st.new(r), st.Cb(r, a)), p.slot(a) != p.slot(g.adapter(r)))),
-    ]
+    if m.policy == "timeslice":
+        a2 = g.a("a2")
+        cs += [
+            _fa([a], z3.Implies(z3.And(st.A(a), s.act(a)), p.slot(a) == s.slot(a))),
+            _fa([a], z3.Implies(z3.And(st.A(a), z3.Not(s.act(a))), z3.And(p.slot(a) >= 0, p.slot(a) < hi))),
+            _fa([a, a2], z3.Implies(z3.And(st.A(a), z3.Not(s.act(a)), st.A(a2), a2 != a),
+                                    p.slot(a2) != p.slot(a))),
+        ]
+    else:
+        cs += [
+            _fa([r], z3.Implies(z3.And(st.R2(r), g.lora(r)), p.slot(g.adapter(r)) == s.slot(g.adapter(r)))),
+            _fa([r], z3.Implies(st.new(r), z3.And(p.slot(g.adapter(r)) >= 0, p.slot(g.adapter(r)) < hi))),
+            _fa([r, a], z3.Implies(z3.And(st.new(r), st.Cb(r, a)), p.slot(a) != p.slot(g.adapter(r)))),
+        ]
     # ghost seats: kept by running requests, a free one in [0, N) for an admitted one
     nhi = g.N + 1 if m.mutant == "seat_off_by_one" else g.N
     cs += [
@@ -476,6 +587,60 @@ def transition(g: Sig, st: Step) -> list[z3.BoolRef]:
             p.ws(r) == z3.If(st.preempt(r), t, st.ws1(r)),
             p.arr(r) == z3.If(st.arrive(r), t, s.arr(r)))),
     ]
+    return cs
+
+
+def _field_rules(g: Sig, st: Step) -> list[z3.BoolRef]:
+    """What the field's gates add to the step (see the module docstring,
+    "The field's gates"): drainer's draining set and tolerance, timeslice's
+    active set, vtc's counter order."""
+    s, p, m, t = st.pre, st.post, st.m, st.t
+    r, r1, r2 = g.r("r"), g.r("r1"), g.r("r2")
+    a = g.a("a")
+    cs: list[z3.BoolRef] = []
+    if m.policy == "drainer":
+        gen0 = z3.If(st.arrive(r), 0, s.gen(r))
+        cs += [
+            _fa([r], g.mt(r) >= 1),
+            # one output token per step at most (a new request has none)
+            _fa([r], z3.And(p.gen(r) >= gen0, p.gen(r) <= gen0 + 1)),
+            # a starving request: waiting (at the scan) longer than S
+            z3.Implies(st.starve, z3.Exists([r1], z3.And(st.W1(r1), g.lora(r1), t - st.ws1(r1) > g.S))),
+            # D: an adapter drains only while it has a running request (cleared
+            # otherwise, L159-173), stays draining while it has one, and starts
+            # draining only when some request starves (L101-157; which adapter
+            # is the victim is a free choice here)
+            _fa([a], z3.Implies(st.D(a), z3.And(a != g.base, z3.Or(s.drain(a), st.starve), z3.Exists([r1], z3.And(
+                st.R2(r1), g.adapter(r1) == a, st.rem(a) == st.left(r1)))))),
+            _fa([r], z3.Implies(z3.And(st.R2(r), g.lora(r), s.drain(g.adapter(r))), st.D(g.adapter(r)))),
+            # rem: the largest remaining output among the adapter's running requests (stats L76-99)
+            _fa([r], z3.Implies(z3.And(st.R2(r), st.D(g.adapter(r))), st.left(r) <= st.rem(g.adapter(r)))),
+            # the state keeps D; a step without a scan (preemption) may keep the old set
+            # (SGLang updates it only when it looks at the waiting queue)
+            z3.Implies(st.keep, st.noscan),
+            _fa([a], p.drain(a) == z3.If(st.keep, s.drain(a), st.D(a))),
+        ]
+    if m.policy == "timeslice":
+        keep = [] if m.mutant == "evict_in_use" else [
+            # an adapter in use (a running request) is never deactivated (L349-394)
+            _fa([r], z3.Implies(z3.And(st.R2(r), g.lora(r), s.act(g.adapter(r))), st.A(g.adapter(r))))]
+        cs += keep + [
+            _fa([a], z3.Implies(st.A(a), a != g.base)),
+            _fa([a], p.act(a) == st.A(a)),
+        ]
+    if m.policy == "vtc":
+        charge = z3.If(s.ever(r1), 0, g.prompt(r1))
+        cs += [
+            _fa([r], g.prompt(r) >= 1),
+            # the least-served adapter first: counters only grow during a scan
+            _fa([r1, r2], z3.Implies(z3.And(st.W1(r1), st.W1(r2), st.ahead(r1, r2)), st.vc(r1) <= st.vc(r2))),
+            # visiting a never-admitted request charges its prompt to its adapter (L122-124)
+            _fa([r1, r2], z3.Implies(z3.And(st.W1(r1), st.W1(r2), st.ahead(r1, r2),
+                                            g.adapter(r1) == g.adapter(r2)), st.vc(r2) >= st.vc(r1) + charge)),
+            # a scan starts from the counters (raised by the lift of `append` and the output charges)
+            _fa([r], z3.Implies(st.W1(r), st.vc(r) >= s.cnt(g.adapter(r)))),
+            _fa([a], p.cnt(a) >= s.cnt(a)),
+        ]
     return cs
 
 
@@ -522,6 +687,7 @@ class System:
                      ad if ad is not None else z3.DeclareSort("Adapter"))
         self.s0, self.s1 = State(self.g, "0"), State(self.g, "1")
         self.step = Step(self.g, self.s0, self.s1, m, "0")
+        self.universe: list[z3.ExprRef] = []  # the request elements, when `req` is a finite EnumSort
 
     def inv(self, s: State) -> dict[str, z3.BoolRef]:
         return invariants(self.g, s, self.m)
@@ -554,9 +720,12 @@ class Outcome:
                 + (f" {self.detail}" if self.detail else ""))
 
 
-def _solve(facts: list[z3.BoolRef], timeout_ms: int) -> tuple[z3.CheckSatResult, z3.Solver, float]:
+def _solve(facts: list[z3.BoolRef], timeout_ms: int, seed: int | None = None,
+           ) -> tuple[z3.CheckSatResult, z3.Solver, float]:
     sv = z3.Solver()
     sv.set("timeout", timeout_ms)
+    if seed is not None:
+        sv.set("random_seed", seed)
     sv.add(facts)
     t0 = time.monotonic()
     r = sv.check()
@@ -706,9 +875,24 @@ def write_cti(o: Outcome, path: str) -> None:
 
 def trace(m: Model, depth: int, goal: Callable[[System, list[State], list[Step]], z3.BoolRef], *,
           extra: Callable[[Sig, list[Step]], list[z3.BoolRef]] | None = None, timeout_ms: int = 60_000,
+          universe: tuple[int, int] | None = None, seeds: int = 1,
           ) -> tuple[z3.CheckSatResult, float, z3.ModelRef | None, System, list[Step]]:
-    """Is a state satisfying `goal` reachable in `depth` steps from init?"""
-    sy = System(m)
+    """Is a state satisfying `goal` reachable in `depth` steps from init?
+    With `universe` = (R, A), in R requests and A adapters (`z3.EnumSort`:
+    a sat answer is still a trace of the model; Z3 instantiates the
+    quantifiers over the finite sorts, so its time does not swing with the
+    state of the Z3 context as MBQI's can); else over the uninterpreted sorts.
+    With `seeds` > 1, an `unknown` is retried with the next random seed
+    (a portfolio: MBQI's time on a sat query swings with the seed), each
+    try with `timeout_ms`; the time reported is the total."""
+    if universe is None:
+        sy = System(m)
+    else:
+        k = next(_ENUMS)
+        req_sort, elems = z3.EnumSort(f"TReq{k}", [f"q{i}_{k}" for i in range(universe[0])])
+        ad_sort, _ads = z3.EnumSort(f"TAd{k}", [f"b{i}_{k}" for i in range(universe[1])])
+        sy = System(m, req_sort, ad_sort)
+        sy.universe = list(elems)
     g = sy.g
     states = [State(g, f"t{i}") for i in range(depth + 1)]
     steps = [Step(g, states[i], states[i + 1], m, f"t{i}") for i in range(depth)]
@@ -716,8 +900,13 @@ def trace(m: Model, depth: int, goal: Callable[[System, list[State], list[Step]]
     for st in steps:
         facts += transition(g, st)
     facts.append(goal(sy, states, steps))
-    r, sv, dt = _solve(facts, timeout_ms)
-    return r, dt, (sv.model() if r == z3.sat else None), sy, steps
+    total = 0.0
+    for seed in range(seeds):
+        r, sv, dt = _solve(facts, timeout_ms, seed if seeds > 1 else None)
+        total += dt
+        if r != z3.unknown:
+            break
+    return r, total, (sv.model() if r == z3.sat else None), sy, steps
 
 
 def reference_like(g: Sig, steps: list[Step]) -> list[z3.BoolRef]:
@@ -748,6 +937,58 @@ def cap_blocked_at_full(sy: System, states: list[State], steps: list[Step]) -> z
         g.adapter(r3) != g.adapter(r1), g.adapter(r3) != g.adapter(r2))))
 
 
+def exact_drainer(g: Sig, steps: list[Step]) -> list[z3.BoolRef]:
+    """The drainer as the replay runs it: max_loras 1, one priority, no
+    preemption, abort or idle step; prompts of one token (each scheduled
+    request gets 1 token and produces one output token; it finishes at
+    max_tokens <= 40); ample seats and budget (no stop); and, with one slot,
+    the one running adapter starts draining as soon as a request starves
+    (SGLang marks it, L101-157)."""
+    r, r1 = g.r("r"), g.r("r1")
+    out = [g.M == 1, _fa([r], z3.And(g.prio(r) == 0, g.mt(r) <= 40)),
+           _fa([r, r1], z3.Implies(r != r1, g.seq(r) != g.seq(r1)))]  # the replay's arrival order
+    for st in steps:
+        gen0 = z3.If(st.arrive(r), 0, st.pre.gen(r))
+        out += [st.t == st.pre.step + 1, z3.Not(st.noscan),
+                _fa([r], z3.And(z3.Not(st.preempt(r)), z3.Not(st.abort(r)), z3.Not(st.stop(r)),
+                                z3.Implies(st.R1(r), st.sched(r)),
+                                z3.Implies(st.Xs(r), st.tok(r) == 1),
+                                st.post.gen(r) == z3.If(st.Xs(r), gen0 + 1, gen0),
+                                st.fin(r) == z3.And(st.Xs(r), st.post.gen(r) == g.mt(r)))),
+                _fa([r, r1], z3.Implies(z3.And(st.W1(r1), g.lora(r1), st.t - st.ws1(r1) > g.S, st.R2(r), g.lora(r)),
+                                        z3.And(st.starve, st.D(g.adapter(r))))),
+                # the drainer scans the waiting queue in order (no preemption: arrival order)
+                _fa([r, r1], z3.Implies(z3.And(st.W1(r), st.W1(r1)), st.ahead(r, r1) == (g.seq(r) < g.seq(r1))))]
+    return out
+
+
+def violates_fifo(sy: System, states: list[State], steps: list[Step]) -> z3.BoolRef:
+    """Goal: the last step first-admits a request while an earlier one of its
+    adapter and priority stays waiting, never admitted."""
+    return z3.Not(step_property(sy.g, steps[-1], "fifo_within_adapter"))
+
+
+def vtc_stops_behind_least_served(sy: System, states: list[State], steps: list[Step]) -> z3.BoolRef:
+    """Goal (max_loras 1): vtc visits a cap-blocked request of the
+    least-served adapter first (smaller counter), stops there, and leaves
+    behind it a never-admitted request of an adapter the cap already counts."""
+    g, st = sy.g, steps[-1]
+    rb, ra = g.r("w1"), g.r("w2")
+    return z3.And(g.M == 1, z3.Exists([rb, ra], z3.And(
+        st.W1(rb), st.capb(rb), st.stop(rb), st.W1(ra), z3.Not(st.adm(ra)), z3.Not(states[-2].ever(ra)),
+        g.lora(ra), st.Cb(ra, g.adapter(ra)), st.ahead(rb, ra), st.vc(rb) < st.vc(ra))))
+
+
+def timeslice_cycles(sy: System, states: list[State], steps: list[Step]) -> z3.BoolRef:
+    """Goal (max_loras 1): an adapter active at step 1 is no longer active
+    and a request of another, newly activated adapter is admitted."""
+    g, st = sy.g, steps[-1]
+    r, a = g.r("w1"), g.a("b1")
+    return z3.And(g.M == 1, z3.Exists([r, a], z3.And(
+        states[1].act(a), z3.Not(states[-1].act(a)), st.adm(r), g.lora(r), g.adapter(r) != a,
+        z3.Not(st.pre.act(g.adapter(r))))))
+
+
 def max_loras_is(k: int) -> Callable[[Sig, list[Step]], list[z3.BoolRef]]:
     return lambda g, _steps: [g.M == k]
 
@@ -762,7 +1003,11 @@ class TraceCheck:
     expect: str  # sat | unsat
     props: tuple[str, ...] = CAP_PROPERTIES  # the properties it gives evidence about
     replay: str | None = None  # a sat trace violating this property must replay in the reference
+    universe: tuple[int, int] | None = None  # (requests, adapters): a trace in a finite universe (`trace`)
+    seeds: int = 1  # random seeds tried in turn while Z3 answers unknown (`trace`)
 
+
+TRY_MS = 8_000  # per seed, for a trace with `seeds` > 1
 
 TRACES = (
     # non-vacuity: the cap is reached and blocks a third adapter
@@ -782,17 +1027,46 @@ TRACES = (
                two_adapters("R3"), max_loras_is(1), "unsat"),
     TraceCheck("vllm: 2 adapters scheduled with max_loras 1", Model("vllm"), 2,
                two_adapters("Xs"), max_loras_is(1), "unsat"),
+    # the field's gates: the cap is reached and used, each gate's own rule acts
+    TraceCheck("drainer: 2 adapters running, a 3rd cap-blocked (max_loras 2)", Model("drainer"), 2,
+               cap_blocked_at_full, None, "sat", seeds=4),
+    TraceCheck("timeslice: 2 adapters running, a 3rd cap-blocked (max_loras 2)", Model("timeslice"), 2,
+               cap_blocked_at_full, None, "sat", seeds=4),
+    TraceCheck("vtc: 2 adapters running, a 3rd cap-blocked (max_loras 2)", Model("vtc"), 2,
+               cap_blocked_at_full, None, "sat", seeds=4),
+    TraceCheck("timeslice: an adapter is cycled out and another admitted (max_loras 1)", Model("timeslice"), 3,
+               timeslice_cycles, None, "sat", seeds=4),
+    TraceCheck("vtc: the least-served adapter's blocked head stops the scan (max_loras 1)", Model("vtc"), 2,
+               vtc_stops_behind_least_served, None, "sat", seeds=4),
+    # drainer's tolerance admits a short request past a long one: a reachable violation
+    TraceCheck("drainer: a draining adapter admits a short request past a long one (fifo_within_adapter)",
+               Model("drainer"), 2, violates_fifo, exact_drainer, "sat", ("fifo_within_adapter",),
+               replay="fifo_within_adapter", seeds=6),
+    # vLLM's scheduled-only cap under a skipped running request (drainer, vtc), not timeslice's active set
+    TraceCheck("drainer+skip: 2 adapters running with max_loras 1 (running_lora_cap)", Model("drainer", True), 2,
+               two_adapters("R3"), reference_like, "sat", replay="running_lora_cap", seeds=4),
+    TraceCheck("vtc+skip: 2 adapters running with max_loras 1 (running_lora_cap)", Model("vtc", True), 2,
+               two_adapters("R3"), reference_like, "sat", replay="running_lora_cap", seeds=4),
+    TraceCheck("vtc+skip: 2 adapters scheduled with max_loras 1 (batch_lora_cap, the crash)", Model("vtc", True),
+               3, two_adapters("Xs"), reference_like, "sat", replay="batch_lora_cap", seeds=4),
+    TraceCheck("timeslice+skip: 2 adapters running with max_loras 1", Model("timeslice", True), 2,
+               two_adapters("R3"), max_loras_is(1), "unsat"),
+    TraceCheck("timeslice+skip: 2 adapters scheduled with max_loras 1", Model("timeslice", True), 3,
+               two_adapters("Xs"), max_loras_is(1), "unsat"),
 )
 
 
 def run_trace(tc: TraceCheck, timeout_ms: int = 60_000) -> Outcome:
     """One reachability check; a violating sat trace is also replayed (`replay_trace`)."""
-    r, dt, mod, sy, steps = trace(tc.model, tc.depth, tc.goal, extra=tc.extra, timeout_ms=timeout_ms)
+    r, dt, mod, sy, steps = trace(tc.model, tc.depth, tc.goal, extra=tc.extra,
+                                  timeout_ms=timeout_ms if tc.seeds == 1 else min(timeout_ms, TRY_MS),
+                                  universe=tc.universe, seeds=tc.seeds)
     v = "sat" if r == z3.sat else ("unsat" if r == z3.unsat else "unknown")
     ok = v == tc.expect
     detail = f"expected {tc.expect}, got {v}"
     if ok and mod is not None and tc.replay is not None:
-        ok, how = replay_trace(tc, mod, sy, steps)
+        replay = replay_arrivals if tc.replay == "fifo_within_adapter" else replay_trace
+        ok, how = replay(tc, mod, sy, steps)
         detail += f"; replay in policy/: {how}"
     return Outcome(tc.model.label, "trace", f"[{tc.name}] depth {tc.depth}",
                    ("sat" if v == "sat" else "ok") if ok else ("unknown" if v == "unknown" else "fail"),
@@ -805,7 +1079,8 @@ def replay_trace(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[Step]
 
     The workload keeps the requests the trace admits, each arriving at the
     step that admits it (in scan order), a request the trace finishes is
-    aborted at the next step, and the running requests the trace leaves
+    aborted at the next step, one the trace aborts is aborted at that step,
+    and the running requests the trace leaves
     unscheduled are the skips. Prompts and outputs are long (8 and 8 tokens)
     and budget and seats ample, so the reference admits every request of the
     workload the LoRA gate lets in: the same sets as the trace when the trace
@@ -822,7 +1097,7 @@ def replay_trace(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[Step]
     prop = tc.replay
     assert prop is not None
     g = sy.g
-    univ = mod.get_universe(g.req) or []
+    univ = sy.universe or mod.get_universe(g.req) or []
 
     def true(e: z3.ExprRef) -> bool:
         return z3.is_true(mod.eval(e, model_completion=True))
@@ -847,6 +1122,9 @@ def replay_trace(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[Step]
         for x in univ:
             if str(x) in name and true(st.fin(x)):
                 aborts[name[str(x)]] = i + 2
+        for x in univ:  # a client abort in the trace (of a request admitted earlier)
+            if str(x) in name and true(st.abort(x)):
+                aborts[name[str(x)]] = i + 1
     end = len(steps) + 1
     for q in reqs:
         aborts.setdefault(q.id, end)  # stop the run right after the trace
@@ -862,6 +1140,51 @@ def replay_trace(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[Step]
     return v is not None, f"{shape}: {v if v else 'no ' + prop + ' violation in the reference'}"
 
 
+def replay_arrivals(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[Step]) -> tuple[bool, str]:
+    """Replay a trace of an `exact_drainer`-like model: every request the
+    trace makes arrive, at its step (in `seq` order), with the trace's
+    adapter and max_tokens, a one-token prompt; max_loras and
+    starvation_steps the trace's, seats and budget ample. The reference
+    (`policy.core.Scheduler` with the gate) runs it to completion and
+    `spec.check.check_trace` (the Observer) must report `tc.replay`."""
+    import os
+    import tempfile
+
+    from lora_sched.policy.driver import Workload, run
+    from lora_sched.spec.check import check_trace
+    from lora_sched.spec.config import Config
+    from lora_sched.spec.request import Request
+
+    prop = tc.replay
+    assert prop is not None
+    g = sy.g
+    univ = sy.universe or mod.get_universe(g.req) or []
+
+    def val(e: z3.ExprRef) -> int:
+        return mod.eval(e, model_completion=True).as_long()
+
+    ad_ids: dict[str, int] = {str(mod.eval(g.base, model_completion=True)): 0}
+    reqs: list[Request] = []
+    for i, st in enumerate(steps):
+        new = sorted((x for x in univ if z3.is_true(mod.eval(st.arrive(x), model_completion=True))),
+                     key=lambda x: val(g.seq(x)))
+        for x in new:
+            a = str(mod.eval(g.adapter(x), model_completion=True))
+            ad_ids.setdefault(a, len(ad_ids))
+            reqs.append(Request(f"u{len(reqs)}", ad_ids[a], 1, val(g.mt(x)), i + 1))
+    cfg = Config(max_loras=val(g.M), max_num_seqs=64, max_num_batched_tokens=256, starvation_steps=val(g.S),
+                 policy=tc.model.policy)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.jsonl")
+        run(cfg, Workload(reqs), trace_path=path)
+        report = check_trace(path)
+    v = report.first.get(prop)
+    shape = (f"{len(reqs)} requests, adapters {[q.adapter for q in reqs]}, max_tokens "
+             f"{[q.max_tokens for q in reqs]}, arrivals {[q.arrival for q in reqs]}, "
+             f"starvation_steps {cfg.starvation_steps}")
+    return v is not None, f"{shape}: {v if v else 'no ' + prop + ' violation in the reference'}"
+
+
 # ---- the catalogue ---------------------------------------------------------
 
 # What is claimed for any size: (model, properties expected to be proved,
@@ -873,6 +1196,14 @@ MODELS: tuple[tuple[Model, tuple[str, ...], tuple[str, ...]], ...] = (
     (Model("fair", True), PROPERTIES, ()),
     (Model("blocking"), PROPERTIES, ()),
     (Model("blocking", True), ("capacity", "conservation", "fifo_within_adapter"), CAP_PROPERTIES),
+    # the field's gates (docs/frontier.md)
+    (Model("drainer"), ("running_lora_cap", "batch_lora_cap", "capacity", "conservation"),
+     ("fifo_within_adapter",)),
+    (Model("drainer", True), ("capacity", "conservation"), (*CAP_PROPERTIES, "fifo_within_adapter")),
+    (Model("timeslice"), PROPERTIES, ()),
+    (Model("timeslice", True), PROPERTIES, ()),  # the active set bounds every running adapter
+    (Model("vtc"), PROPERTIES, ()),
+    (Model("vtc", True), ("capacity", "conservation", "fifo_within_adapter"), CAP_PROPERTIES),
 )
 
 # Planted bugs: (model, mutant); each must make every property MUTANTS names fail.
@@ -887,7 +1218,52 @@ MUTANT_RUNS: tuple[tuple[str, bool, str], ...] = (
     ("vllm", False, "scan_order_free"),
     ("fair", False, "star_not_oldest"),
     ("fair", False, "hold_any"),
+    # the field's gates: each proved property of each gate has a bug that breaks it
+    ("drainer", False, "cap_off_by_one"),
+    ("drainer", False, "seat_off_by_one"),
+    ("drainer", False, "preempted_stay_running"),
+    ("timeslice", True, "evict_in_use"),
+    ("timeslice", False, "cap_off_by_one"),
+    ("timeslice", False, "budget_off_by_one"),
+    ("timeslice", False, "preempted_stay_running"),
+    ("timeslice", False, "scan_order_free"),
+    ("vtc", False, "cap_off_by_one"),
+    ("vtc", False, "seat_off_by_one"),
+    ("vtc", False, "preempted_stay_running"),
+    ("vtc", False, "vtc_order_free"),
 )
+
+
+def manifest_result(policy: str, prop: str, *, skip: bool = False, timeout_ms: int = 60_000):  # -> engine.Result
+    """One any-size verdict as `proofs/manifest.json` pins it (method
+    `unbounded`): "proved" (depth 1: the invariant is inductive) when every
+    init and preservation obligation and `Inv ∧ step ⇒ prop` are unsat and
+    the step is not vacuous; "cex" when `prop` fails with an exact violation
+    from an invariant state AND a sat trace of `TRACES` reaches it from init
+    (depth = that trace's depth; `replay_ok` = its replay in `policy/`);
+    "cti" when it fails without such a trace; "unknown" when Z3 gives up."""
+    from lora_sched.proofs import engine
+
+    m = Model(policy, skip)
+    t0 = time.monotonic()
+    outs = prove(m, props=(prop,), timeout_ms=timeout_ms)
+    bad = [o for o in outs if o.kind != "safety" and o.verdict not in ("ok", "sat")]
+    (safety,) = [o for o in outs if o.kind == "safety"]
+    if any(o.verdict == "unknown" for o in outs):
+        return engine.Result(policy, prop, "unknown", 1, time.monotonic() - t0, reason="z3 unknown")
+    if bad:
+        return engine.Result(policy, prop, "cti", 1, time.monotonic() - t0, detail="; ".join(o.line() for o in bad))
+    n_inv = sum(o.kind == "preserves" for o in outs)
+    if safety.verdict == "ok":
+        return engine.Result(policy, prop, "proved", 1, time.monotonic() - t0,
+                             detail=f"{n_inv} invariants, inductive")
+    for tc in TRACES:
+        if tc.model == m and tc.replay == prop and tc.expect == "sat":
+            o = run_trace(tc, timeout_ms)
+            return engine.Result(policy, prop, "cex", tc.depth, time.monotonic() - t0,
+                                 detail=f"{safety.detail}; {o.detail}", replay_ok=o.verdict == "sat")
+    return engine.Result(policy, prop, "cti", 1, time.monotonic() - t0,
+                         detail=f"{safety.detail}; no sat trace from init in TRACES")
 
 
 def run_mutant(policy: str, skip: bool, mutant: str, timeout_ms: int = 60_000) -> list[Outcome]:
@@ -1034,6 +1410,8 @@ class CrossResult:
     preemptions: int = 0
     skipped: int = 0
     cap_skips: int = 0  # waiting requests left by the LoRA cap or fair's guard
+    drains: int = 0  # steps that began with a draining adapter (drainer)
+    gate_holds: int = 0  # ... by a field gate's own rule (drainer's tolerance, timeslice's inactive, vtc's stop)
     unknown: int = 0  # steps Z3 did not decide within the timeout (not failures, not checked)
     throttled: int = 0  # steps run with the DP prefill throttle
     throttle_holds: int = 0  # waiting requests the throttle stopped the scan at
@@ -1045,7 +1423,8 @@ class CrossResult:
 def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int = 3, seed: int = 0,
                skip: bool = False, async_scheduling: bool = False, kv_blocks: int | None = None,
                queue: str = "fcfs", horizon: int = 14, timeout_ms: int = 20_000,
-               model: Model | None = None, max_prompt: int = 3, crowd: bool = False) -> CrossResult:
+               model: Model | None = None, max_prompt: int = 3, crowd: bool = False, max_output: int = 3,
+               last_arrival: int = 4) -> CrossResult:
     """Bounded instance against the reference: instantiate the sorts with the
     R requests and A+1 adapters (0 = base) of random runs of
     `policy.core.Scheduler` (`z3.EnumSort`) and check at every step that the
@@ -1054,12 +1433,18 @@ def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int =
     satisfies the invariant, to a state that satisfies it again. The
     abstraction: the pre-state's clock is the previous step (events of a step
     without a `schedule()` call belong to the next pre-state); pre-state ghosts number the running requests and their
-    adapters in running order; r* is fair's guard's r* while it is waiting;
-    everything the model leaves free (scan order, cap sets, post ghosts) is
-    found by Z3. `model` replaces the model matching `policy` (to show that
-    a wrong model is caught); `crowd` draws one slot, two seats, two adapters,
-    S 1..2, arrivals at steps 1-2 and outputs 1 or 3, where fair's victims
-    have queues (drain and cohort admissions). A failure means the model excludes a real behaviour (the
+    adapters in running order (timeslice: its active adapters in list
+    order); r* is fair's guard's r* while it is waiting; max_tokens, prompt
+    tokens and generated tokens, and the field gates' state (drainer's
+    draining adapters, timeslice's active set, vtc's counters, before and
+    after) are pinned from the reference; everything the model leaves free
+    (scan order, cap sets, post ghosts, drainer's `rem`, vtc's visit
+    counters) is found by Z3. Arrivals are in steps 1..`last_arrival`,
+    outputs 1..`max_output` tokens. `model` replaces the model matching
+    `policy` (to show that a wrong model is caught); `crowd` draws one slot,
+    two seats, two adapters, S 1..2, arrivals at steps 1-2 and outputs 1 or
+    3, where fair's victims have queues (drain and cohort admissions). A
+    failure means the model excludes a real behaviour (the
     over-approximation would be unsound) or the invariant is false on a
     reachable state."""
     from lora_sched.policy import make_gate
@@ -1087,10 +1472,10 @@ def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int =
                      queue=queue, async_scheduling=async_scheduling, policy=policy,
                      starvation_steps=rng.randint(1, 2) if crowd else rng.randint(0, 2))
         sched = Scheduler(cfg, make_gate(policy))
-        arrivals = sorted(rng.randint(1, 2 if crowd else 4) for _ in ids)
+        arrivals = sorted(rng.randint(1, 2 if crowd else last_arrival) for _ in ids)
         lo, hi = (1, 2) if crowd else (0, adapters)
         wl = [Request(ids[i], rng.randint(lo, hi), rng.randint(1, max_prompt),
-                      rng.choice((1, 3)) if crowd else rng.randint(1, 3), arrivals[i],
+                      rng.choice((1, 3)) if crowd else rng.randint(1, max_output), arrivals[i],
                       priority=rng.randint(0, 1) if queue == "priority" else 0) for i in range(requests)]
         for step in range(1, horizon + 1):
             before = _snapshot(sched)
@@ -1126,6 +1511,8 @@ def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int =
             out.preemptions += len(rec.preempted)
             out.skipped += len(skips)
             out.cap_skips += sum(1 for why in rec.holds.values() if why in ("lora_cap", "lora_stop", "fair_guard"))
+            out.drains += bool(before.get("drain"))
+            out.gate_holds += sum(1 for why in rec.holds.values() if why in ("drainer", "timeslice", "vtc_stop"))
             if res == z3.unknown:
                 out.unknown += 1
                 continue
@@ -1167,7 +1554,22 @@ def _snapshot(sched: object) -> dict:
             "arr": {r: rs.req.arrival for r, rs in st.reqs.items()},
             "seq": {r: rs.seq for r, rs in st.reqs.items()},
             "adapter": {r: rs.req.adapter for r, rs in st.reqs.items()},
-            "star": getattr(guard, "star", None)}
+            "star": getattr(guard, "star", None),
+            "gen": {r: rs.generated for r, rs in st.reqs.items()},
+            **_gate_snapshot(getattr(sched, "gate", None))}
+
+
+def _gate_snapshot(gate: object) -> dict:
+    """The field's gates' state: drainer's draining adapters, timeslice's
+    active adapters (in its list order), vtc's counters."""
+    out: dict = {}
+    if hasattr(gate, "stats") and getattr(gate, "name", "") == "drainer":
+        out["drain"] = {a for a, s in gate.stats.items() if s.draining_for is not None}  # type: ignore[attr-defined]
+    if getattr(gate, "name", "") == "timeslice":
+        out["active"] = list(gate.active)  # type: ignore[attr-defined]
+    if getattr(gate, "name", "") == "vtc":
+        out["served"] = dict(gate.served)  # type: ignore[attr-defined]
+    return out
 
 
 def _pins(sy: System, reqs: list, ads: list, wl: list, before: dict, after: dict, cfg: object, step: int,
@@ -1183,6 +1585,8 @@ def _pins(sy: System, reqs: list, ads: list, wl: list, before: dict, after: dict
     preempted = set(rec.preempted)  # type: ignore[attr-defined]
     finished = after["finished"] - before["finished"]  # async: the previous step's output lands now
     slots: dict[int, int] = {}
+    if "active" in before:  # timeslice: the ghost slot numbers the active adapters
+        slots = {a: i for i, a in enumerate(before["active"])}
     for r in before["running"]:
         a = before["adapter"][r]
         if a > 0 and a not in slots:
@@ -1191,7 +1595,7 @@ def _pins(sy: System, reqs: list, ads: list, wl: list, before: dict, after: dict
     for i, r in enumerate(wl):
         e = reqs[i]
         cs += [g.adapter(e) == ads[r.adapter], g.prio(e) == r.priority,
-               g.seq(e) == after["seq"].get(r.id, 1000 + i)]
+               g.seq(e) == after["seq"].get(r.id, 1000 + i), g.mt(e) == r.max_tokens, g.prompt(e) == r.prompt_tokens]
         for snap, s in ((before, s0), (after, s1)):
             arrived = r.id in snap["adapter"]
             cs += [s.arrived(e) == arrived, s.W(e) == (r.id in snap["waiting"]),
@@ -1199,7 +1603,7 @@ def _pins(sy: System, reqs: list, ads: list, wl: list, before: dict, after: dict
                    s.X(e) == (r.id in snap["aborted"]), s.ever(e) == (r.id in snap["ever"]),
                    s.star(e) == (snap["star"] == r.id and r.id in snap["waiting"])]
             if arrived:
-                cs += [s.ws(e) == snap["ws"][r.id], s.arr(e) == snap["arr"][r.id]]
+                cs += [s.ws(e) == snap["ws"][r.id], s.arr(e) == snap["arr"][r.id], s.gen(e) == snap["gen"][r.id]]
         if r.id in seats:
             cs.append(s0.seat(e) == seats[r.id])
         cs += [st.arrive(e) == (r.id in arrived_now), st.abort(e) == (r.id in aborted_now),
@@ -1208,6 +1612,14 @@ def _pins(sy: System, reqs: list, ads: list, wl: list, before: dict, after: dict
         if r.id in scheduled:
             cs.append(st.tok(e) == scheduled[r.id])
     cs += [s0.slot(ads[a]) == k for a, k in slots.items()]
+    for snap, s in ((before, s0), (after, s1)):  # the field's gates' state, pinned
+        for a in range(len(ads)):
+            if "drain" in snap:
+                cs.append(s.drain(ads[a]) == (a in snap["drain"]))
+            if "active" in snap:
+                cs.append(s.act(ads[a]) == (a in snap["active"]))
+            if "served" in snap:
+                cs.append(s.cnt(ads[a]) == int(snap["served"].get(a, 0)))
     return cs
 
 

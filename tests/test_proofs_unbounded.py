@@ -94,14 +94,22 @@ def test_vacuous_step_is_caught() -> None:
     assert [o.verdict for o in outs if o.kind == "trace"] == ["fail"]
 
 
-@pytest.mark.parametrize("tc", u.TRACES, ids=[t.name for t in u.TRACES])
-def test_sat_traces(tc: u.TraceCheck) -> None:
+@functools.cache
+def _traced(i: int) -> u.Outcome:
+    return u.run_trace(u.TRACES[i])
+
+
+@pytest.mark.parametrize("i", range(len(u.TRACES)), ids=[t.name for t in u.TRACES])
+def test_sat_traces(i: int) -> None:
     """Reachability from init: the cap is reached and blocks a third adapter
     (the model is not vacuous); vLLM's scheduled-only cap set under a skipped
     running request reaches two adapters with max_loras 1 (depth 2) and the
     crash shape, two adapters in one batch (depth 3); fair and vllm without
-    the skip do not within depth 2."""
-    o = u.run_trace(tc)
+    the skip do not within depth 2. The field's gates: each reaches the cap;
+    timeslice cycles an adapter; vtc stops behind its least-served client;
+    drainer breaks FIFO, drainer and vtc break the caps with skips (all
+    replayed in `policy/`); timeslice keeps them with skips."""
+    o = _traced(i)
     assert o.verdict in ("ok", "sat"), o.line()
 
 
@@ -131,6 +139,14 @@ CROSS = [
     ("fair", dict(skip=True, queue="priority", kv_blocks=4, seed=1)),
     ("fair", dict(skip=True, max_prompt=8, seed=4)),  # long prompts: the DP throttle stops scans
     ("fair", dict(crowd=True, seed=3)),  # victims with queues: drain and cohort admissions
+    # the field's gates, on seeds whose runs hit each gate's own rule (drains, tolerance holds,
+    # inactive adapters, vtc's stop): with async scheduling and skips, and the drainer (whose
+    # model adds the most) synchronous too
+    ("drainer", dict(requests=7, adapters=2, max_output=8, last_arrival=10, horizon=16, seed=20)),
+    ("drainer", dict(skip=True, async_scheduling=True, kv_blocks=6, requests=7, adapters=2, max_output=8,
+                     last_arrival=10, horizon=16, seed=29)),
+    ("timeslice", dict(skip=True, async_scheduling=True, kv_blocks=6, requests=8, seed=3)),
+    ("vtc", dict(skip=True, async_scheduling=True, kv_blocks=8, requests=8, seed=3)),
 ]
 
 
@@ -165,12 +181,100 @@ def test_crosscheck_covers_the_mechanisms() -> None:
     assert sum(r.guard_exempt for r in rs) > 0
 
 
+@pytest.mark.parametrize("gate", u.FIELD)
+def test_crosscheck_covers_the_field_gates(gate: str) -> None:
+    """The cross-checked runs of each field gate include requests held by the
+    gate's own rule (drainer's 1.2x tolerance, timeslice's inactive adapters,
+    vtc's stop behind a cap-blocked client), and the drainer runs include
+    steps with a draining adapter: those branches of the model are compared
+    with the reference, with the gate's state (draining set, active set,
+    counters) pinned from `policy/`."""
+    rs = [_cross(i) for i, (p, _) in enumerate(CROSS) if p == gate]
+    assert rs and all(r.failures == [] for r in rs)
+    assert sum(r.gate_holds for r in rs) > 0
+    if gate == "drainer":
+        assert sum(r.drains for r in rs) > 0
+
+
 def test_crosscheck_catches_a_wrong_model() -> None:
     """The cross-check can fail: `blocking`'s model does not admit vllm's
     skip-and-go-on scan, and the no-skip model does not admit a scan while a
     running request is left unscheduled."""
     assert u.crosscheck("vllm", runs=2, model=u.Model("blocking")).failures
     assert u.crosscheck("vllm", runs=2, skip=True, model=u.Model("vllm")).failures
+
+
+def test_field_gates_claims_are_proved() -> None:
+    """What each field gate claims (`policy.claims`) among the step
+    properties is proved for any size by its model: synchronous (no skip)
+    and with the DP prefill throttle or skipped running requests (the +skip
+    model; async scheduling alone skips only sure-to-finish requests, which
+    keeps vLLM's batch cap, see `policy.claims`);
+    what it does not claim there is shown failing (an expected failure of
+    `MODELS`), except where the proof shows the claim could be stronger.
+    Every property proved for a gate has a planted bug on that gate's model
+    that breaks it."""
+    from lora_sched.policy import claims
+    from lora_sched.spec.config import Config
+
+    verdicts = {m: (set(good), set(bad)) for m, good, bad in u.MODELS}
+    for gate in u.FIELD:
+        for skip, cfg, skipped in ((False, Config(policy=gate), False),
+                                   (True, Config(policy=gate, prefill_schedule_interval=2), False),
+                                   (True, Config(policy=gate, async_scheduling=True), True)):
+            good, bad = verdicts[u.Model(gate, skip)]
+            claimed = claims(gate, cfg, skipped_running=skipped) & set(u.PROPERTIES)
+            assert claimed <= good, (gate, skip, claimed - good)
+            assert set(u.PROPERTIES) - claimed == bad, (gate, skip, bad)
+        planted = {prop for pol, _skip, mu in u.MUTANT_RUNS if pol == gate for prop in u.MUTANTS[mu][1]}
+        assert verdicts[u.Model(gate)][0] | verdicts[u.Model(gate, True)][0] <= planted, gate
+
+
+def test_drainer_fifo_counterexample_replays() -> None:
+    """Z3 finds, from init in two steps, the drainer admitting a short
+    request of a draining adapter past a long one that arrived earlier; the
+    workload read off the trace, run through `policy/`'s DrainerGate, breaks
+    `fifo_within_adapter` in the Observer (and drainer does not claim it)."""
+    from lora_sched.policy import claims
+    from lora_sched.spec.config import Config
+
+    i = next(i for i, t in enumerate(u.TRACES) if t.model == u.Model("drainer") and t.replay == "fifo_within_adapter")
+    o = _traced(i)
+    assert o.verdict == "sat", o.line()
+    assert "fifo_within_adapter: VIOLATED" in o.detail, o.detail
+    assert "fifo_within_adapter" not in claims("drainer", Config(policy="drainer"))
+
+
+def test_timeslice_keeps_the_caps_where_vllm_breaks_them() -> None:
+    """The reference side of the timeslice+skip proof: on the same random
+    workloads with async scheduling, the DP throttle and skipped running
+    requests, vLLM's gate breaks a LoRA cap and timeslice's never does."""
+    import os
+    import random
+    import tempfile
+
+    from lora_sched.policy.driver import Workload, run
+    from lora_sched.spec.check import check_trace
+    from lora_sched.spec.config import Config
+    from lora_sched.spec.request import Request
+
+    broken: dict[str, int] = {"vllm": 0, "timeslice": 0}
+    for seed in range(60):
+        for policy in broken:
+            rng = random.Random(seed)
+            cfg = Config(max_loras=rng.randint(1, 2), max_num_seqs=rng.randint(1, 6),
+                         max_num_batched_tokens=rng.randint(2, 16), async_scheduling=rng.random() < 0.7,
+                         kv_blocks=rng.choice([None, 6, 12]), block_size=2, starvation_steps=rng.randint(0, 4),
+                         prefill_schedule_interval=rng.choice([1, 1, 2]), policy=policy)
+            reqs = sorted((Request(f"r{k}", rng.randint(0, 3), rng.randint(1, 6), rng.randint(1, 6),
+                                   rng.randint(1, 8)) for k in range(rng.randint(2, 10))), key=lambda q: q.arrival)
+            skips = {t: frozenset(q.id for q in reqs if rng.random() < 0.3) for t in range(1, 40)}
+            with tempfile.TemporaryDirectory() as d:
+                path = os.path.join(d, "t.jsonl")
+                run(cfg, Workload(reqs, {}, skips), trace_path=path)
+                report = check_trace(path)
+            broken[policy] += any(p in report.first for p in u.CAP_PROPERTIES)
+    assert broken["vllm"] > 0 and broken["timeslice"] == 0, broken
 
 
 def test_cli_unbounded_refuses_json() -> None:
@@ -184,3 +288,17 @@ def test_cli_unbounded(capsys: pytest.CaptureFixture[str]) -> None:
     assert "preserves invariant fifo_state ... ok." in out
     assert "mutant scan_order_free on vllm: safety fifo_within_adapter ... caught (fails)." in out
     assert "all ok!" in out
+
+
+def test_cli_unbounded_field_gate(capsys: pytest.CaptureFixture[str]) -> None:
+    """`prove --unbounded --policy timeslice` checks the gate's two models,
+    its traces and its planted bugs; without --unbounded the bounded
+    checker refuses the gate (exit 2)."""
+    rc = cli_main(["prove", "--unbounded", "--policy", "timeslice"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "checking timeslice+skip (any number of requests and adapters):" in out
+    assert "preserves invariant active_running ... ok." in out
+    assert "mutant evict_in_use on timeslice+skip: safety running_lora_cap ... caught (fails)." in out
+    assert "all ok!" in out
+    assert cli_main(["prove", "--policy", "timeslice"]) == 2

@@ -434,8 +434,9 @@ class GateMixin(HookedMixin):
     the step a request last joined `waiting`, at arrival or preemption;
     `first_admitted`). KV blocks held are not mirrored (no gate reads them).
     A request vLLM frees stays in the mirror through the next `schedule()`
-    (a gate sees it finished once, as in the core) and is then dropped, so a
-    long-running server keeps no entry per request served.
+    (a gate sees it finished once, as in the core; vLLM's engine runs that
+    step to report it finished) and is then dropped, so a long-running server
+    keeps no entry per request served.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

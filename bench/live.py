@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -141,20 +142,29 @@ def printed_block(stdout: str) -> str:
     return "\n".join(lines[start:end + 1])
 
 
-def run_policy(policy: str, cfg: Config, args, model: str, modules: list[str], out: Path) -> dict:  # noqa: ANN001
-    """One server with `policy`'s scheduler class: start, drive with vLLM's client, stop, summarize."""
+def run_policy(policy: str, cfg: Config, args, model: str, modules: list[str], out: Path, *,  # noqa: ANN001
+               tag: str = "", client: Callable[[int, str], list[str]] | None = None) -> dict:
+    """One server with `policy`'s scheduler class: start, drive with vLLM's client, stop, summarize.
+
+    `client(port, result_file)` builds the client's command line (default: the
+    seed's random dataset, `client_command`); `tag` prefixes the file names."""
     from lora_sched.conformance.cli import check
     from lora_sched.conformance.server import LiveServer, log_tail
     from lora_sched.policy.scenarios import Scenario
 
-    scenario = Scenario(f"bench-{policy}", replace(cfg, policy=policy), Workload([]),
+    scenario = Scenario(f"bench-{tag}{policy}", replace(cfg, policy=policy), Workload([]),
                         "the seed's benchmark on the tiny model, vLLM's client, rate inf")
-    trace = out / f"live-{policy}.jsonl"
-    server = LiveServer(model, modules, policy, scenario, trace, out / f"live-{policy}-server.log")
+    stem = f"live-{tag}{policy}"
+    trace = out / f"{stem}.jsonl"
+    server = LiveServer(model, modules, policy, scenario, trace, out / f"{stem}-server.log")
     names = [m.split("=", 1)[0] for m in modules]
-    cmd = client_command(server.port, model, names, prompts=args.live_prompts, input_len=args.live_input_mean,
-                         output_len=args.live_output, result_dir=out, result_file=f"live-{policy}-vllm.json")
-    client_log = out / f"live-{policy}-client.log"
+    result_file = f"{stem}-vllm.json"
+    if client is None:
+        cmd = client_command(server.port, model, names, prompts=args.live_prompts, input_len=args.live_input_mean,
+                             output_len=args.live_output, result_dir=out, result_file=result_file)
+    else:
+        cmd = client(server.port, result_file)
+    client_log = out / f"{stem}-client.log"
     t0 = time.monotonic()
     try:
         progress(f"live {policy}: starting vLLM on 127.0.0.1:{server.port} (log {server.log}) ...")
@@ -169,7 +179,7 @@ def run_policy(policy: str, cfg: Config, args, model: str, modules: list[str], o
     if proc.returncode != 0:
         raise RuntimeError(f"vLLM's benchmark client exited with {proc.returncode}; log {client_log}:\n"
                            f"{log_tail(client_log)}")
-    result = json.loads((out / f"live-{policy}-vllm.json").read_text())
+    result = json.loads((out / result_file).read_text())
     block = result_block(result)
     summary = trace_summary(trace)
     ok, lines = check(trace, policy, scenario)
@@ -193,7 +203,7 @@ def main_live(args) -> int:  # noqa: ANN001 - argparse.Namespace
     cfg = live_config(args.live_starvation_steps)
     progress("assets: the tiny Llama and 8 adapters (generated once, cached in .assets/) ...")
     assets = ensure_assets(8)
-    policies = [p for p in args.live_policies.split(",") if p] or list(POLICIES)
+    policies = [p for p in (args.live_policies or "").split(",") if p] or list(POLICIES)
     runs: dict[str, dict] = {}
     for p in policies:
         runs[p] = run_policy(p, cfg, args, str(assets.model), assets.lora_modules(), out)

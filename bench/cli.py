@@ -52,7 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     adv.add_argument("--seed", type=int, default=0, help="search seed")
     adv.add_argument("--families-dir", default=None, help="where families are saved / read (default bench/families)")
     live = parser.add_argument_group("live mode (--live)")
-    live.add_argument("--live-prompts", type=int, default=LIVE_PROMPTS, help="requests per policy (--num-prompts)")
+    live.add_argument("--live-prompts", type=int, default=None,
+                      help=f"requests per policy on the seed shape (--num-prompts; default {LIVE_PROMPTS}, "
+                           "with --field 500, the seed's count)")
     live.add_argument("--live-output", type=int, default=LIVE_OUTPUT,
                       help="output tokens per request (--random-output-len, with --ignore-eos)")
     live.add_argument("--live-input-mean", type=int, default=LIVE_INPUT_MEAN,
@@ -67,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     live.add_argument("--family", action="append", default=None, metavar="NAME",
                       help="with --live: a workload for the field table ('seed' or a family of "
                            "bench.families; repeatable; implies --field)")
-    live.add_argument("--family-repeat", type=int, default=None, help="send a family's requests K times (default 8)")
+    live.add_argument("--family-repeat", type=int, default=None, help="send a family's requests K times (default 16)")
     live.add_argument("--live-results", default=None,
                       help="the field table's JSON (default bench/results/live-field.json)")
     live.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for each server")
@@ -82,13 +84,18 @@ def main(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.live and (args.field or args.family):
         from lora_sched.bench.live_field import FAMILY_REPEAT, main_live_field
+        from lora_sched.bench.simulate import SEED_PROMPTS
 
         if args.family_repeat is None:
             args.family_repeat = FAMILY_REPEAT
+        if args.live_prompts is None:
+            args.live_prompts = SEED_PROMPTS
         return main_live_field(args)
     if args.live:
         from lora_sched.bench.live import main_live
 
+        if args.live_prompts is None:
+            args.live_prompts = LIVE_PROMPTS
         return main_live(args)
     if args.optimum:
         return main_optimum(args, out)

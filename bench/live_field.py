@@ -17,14 +17,15 @@ Workloads (`--family NAME`, repeatable; default `seed` and issue 11's
 max_loras-1 family):
 
 - `seed`: the seed's shape as `bench --live` runs it (`bench.live`):
-  random prompts, 8 adapters assigned at random by the client (seeded), max_loras 4;
+  random prompts, 8 adapters assigned at random by the client (seeded),
+  max_loras 4, but 500 prompts (the seed's count) unless `--live-prompts`;
 - any family of `bench.families.all_families` by name: its config (max_loras,
   seats, token budget) on the server, and its requests as a `custom` dataset
   for vLLM's client, in arrival order, each with its prompt length (the tiny
   model's tokenizer maps a word to a token), its output length
   (`--ignore-eos`) and its adapter (`--lora-modules` one name per request,
   `--lora-assignment round-robin`); `--family-repeat K` sends the family K
-  times over (default 8, so that a run lasts long enough to time). All requests
+  times over (default 16, so that a run lasts long enough to time). All requests
   are sent at once: the family's arrival steps are not replayed (a live
   server has no steps to send at), its order is.
 
@@ -50,7 +51,7 @@ SEED = "seed"
 KNOWN = "known max_loras 1 (issue 11)"
 FIELD_FAMILIES = (SEED, KNOWN)
 FIELD_POLICIES = ("vllm", "fair", "timeslice", "drainer")
-FAMILY_REPEAT = 8
+FAMILY_REPEAT = 16
 RESULTS = Path(__file__).resolve().parent / "results" / "live-field.json"
 BLOCK_SIZE = 32  # vLLM's CPU attention needs multiples of 32 (KV is unlimited: the size changes nothing)
 COLUMNS = (("req/s", "request_throughput", "{:.2f}"), ("out tok/s", "output_throughput", "{:.1f}"),
@@ -136,13 +137,15 @@ def row(run: dict) -> dict:
 def print_table(name: str, about: str, rows: dict[str, dict]) -> None:
     print(f"\n== live: {name} ({about}) ==")
     head = f"{'policy':11}" + "".join(f"{c:>14}" for c, _, _ in COLUMNS) + \
-        f"{'worst wait':>12}{'steps':>8}{'req/s vs vllm':>15}{'trace':>8}"
+        f"{'worst wait':>12}{'steps':>8}{'req/s vs vllm':>15}{'vllm steps/steps':>18}{'trace':>8}"
     print(head + "\n" + "-" * len(head))
     base = rows.get("vllm", {}).get("request_throughput")
+    base_steps = rows.get("vllm", {}).get("steps")
     for p, r in rows.items():
         cells = "".join(f"{fmt.format(r[key]) if r.get(key) is not None else '-':>14}" for _, key, fmt in COLUMNS)
         rel = f"{r['request_throughput'] / base:.3f}" if base and r.get("request_throughput") else "-"
-        print(f"{p:11}{cells}{r['max_wait_steps']:>12}{r['steps']:>8}{rel:>15}"
+        rel_steps = f"{base_steps / r['steps']:.3f}" if base_steps and r["steps"] else "-"
+        print(f"{p:11}{cells}{r['max_wait_steps']:>12}{r['steps']:>8}{rel:>15}{rel_steps:>18}"
               f"{'ok' if r['trace_check_ok'] else 'FAILED':>8}")
 
 
@@ -198,7 +201,8 @@ def main_live_field(args) -> int:  # noqa: ANN001 - argparse.Namespace
         print_table(name, w["about"], w["rows"])
     report["total_s"] = time.monotonic() - t_start
     print(f"\n(worst wait: engine steps from arrival to first admission, from the trace each server recorded; "
-          f"trace: its claimed properties and its replay through the reference; starvation_steps "
+          f"vllm steps/steps: engine steps to serve the workload, vllm's over the policy's (the machine's load "
+          f"does not move it); trace: its claimed properties and its replay through the reference; starvation_steps "
           f"{args.live_starvation_steps}; {report['total_s']:.0f} s in all)")
     if bad:
         print("FAILED runs (client failures or trace check): " + ", ".join(bad))

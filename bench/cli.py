@@ -64,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     live.add_argument("--live-policies", "--policies", dest="live_policies", default=None,
                       help="comma-separated (default blocking,vllm,fair; with --field vllm,fair,timeslice,drainer)")
     live.add_argument("--field", action="store_true",
-                      help="the frontier's top policies on the seed shape and issue 11's family, side by side "
+                      help="the frontier's top policies on the seed shape, issue 11's family and an adversarial one, "
+                           "side by side "
                            "(bench.live_field); --family and --policies narrow or widen it")
     live.add_argument("--family", action="append", default=None, metavar="NAME",
                       help="with --live: a workload for the field table ('seed' or a family of "

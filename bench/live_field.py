@@ -13,8 +13,8 @@ checked against the properties the policy claims and replayed through its
 reference (`conformance.cli.check`). vLLM's printed result blocks are
 printed too.
 
-Workloads (`--family NAME`, repeatable; default `seed` and issue 11's
-max_loras-1 family):
+Workloads (`--family NAME`, repeatable; default `seed`, issue 11's
+max_loras-1 family and `adv-drainer-throughput`):
 
 - `seed`: the seed's shape as `bench --live` runs it (`bench.live`):
   random prompts, 8 adapters assigned at random by the client (seeded),
@@ -49,7 +49,9 @@ from lora_sched.spec.request import Request
 
 SEED = "seed"
 KNOWN = "known max_loras 1 (issue 11)"
-FIELD_FAMILIES = (SEED, KNOWN)
+# The seed shape, issue 11's family, and the adversarial family vLLM accepts
+# (budget >= seats) on which fair and the drainer lose most to vllm.
+FIELD_FAMILIES = (SEED, KNOWN, "adv-drainer-throughput")
 FIELD_POLICIES = ("vllm", "fair", "timeslice", "drainer")
 FAMILY_REPEAT = 16
 RESULTS = Path(__file__).resolve().parent / "results" / "live-field.json"

@@ -71,6 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="with --live: a workload for the field table ('seed' or a family of "
                            "bench.families; repeatable; implies --field)")
     live.add_argument("--family-repeat", type=int, default=None, help="send a family's requests K times (default 16)")
+    live.add_argument("--live-rounds", type=int, default=None,
+                      help="client runs per server; the median round is reported (default 1; with --field 3)")
     live.add_argument("--live-results", default=None,
                       help="the field table's JSON (default bench/results/live-field.json)")
     live.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for each server")
@@ -84,19 +86,24 @@ def main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.live and (args.field or args.family):
-        from lora_sched.bench.live_field import FAMILY_REPEAT, main_live_field
+        from lora_sched.bench.live_field import FAMILY_REPEAT, ROUNDS, main_live_field
         from lora_sched.bench.simulate import SEED_PROMPTS
 
         if args.family_repeat is None:
             args.family_repeat = FAMILY_REPEAT
         if args.live_prompts is None:
             args.live_prompts = SEED_PROMPTS
+        if args.live_rounds is None:
+            args.live_rounds = ROUNDS
         return main_live_field(args)
     if args.live:
         from lora_sched.bench.live import main_live
 
         if args.live_prompts is None:
             args.live_prompts = LIVE_PROMPTS
+        if args.live_rounds is not None and args.live_rounds != 1:
+            print("error: --live-rounds applies to --live --field only")
+            return 2
         return main_live(args)
     if args.optimum:
         return main_optimum(args, out)

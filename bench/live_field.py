@@ -11,7 +11,10 @@ workload, with the worst wait before first admission (engine steps) and the
 step count read from the trace each server recorded; every trace is also
 checked against the properties the policy claims and replayed through its
 reference (`conformance.cli.check`). vLLM's printed result blocks are
-printed too.
+printed too. The client runs `--live-rounds` times (default 3) on each
+server, one run after the other; vLLM's figures are those of the round with
+the median request throughput (every round's is printed): on a shared
+machine the wall-clock figures move with the load, the engine steps do not.
 
 Workloads (`--family NAME`, repeatable; default `seed`, issue 11's
 max_loras-1 family and `adv-drainer-throughput`):
@@ -54,6 +57,7 @@ KNOWN = "known max_loras 1 (issue 11)"
 FIELD_FAMILIES = (SEED, KNOWN, "adv-drainer-throughput")
 FIELD_POLICIES = ("vllm", "fair", "timeslice", "drainer")
 FAMILY_REPEAT = 16
+ROUNDS = 3
 RESULTS = Path(__file__).resolve().parent / "results" / "live-field.json"
 BLOCK_SIZE = 32  # vLLM's CPU attention needs multiples of 32 (KV is unlimited: the size changes nothing)
 COLUMNS = (("req/s", "request_throughput", "{:.2f}"), ("out tok/s", "output_throughput", "{:.1f}"),
@@ -133,7 +137,8 @@ def row(run: dict) -> dict:
     res, tr = run["result"], run["trace"]
     return {**{key: res.get(key) for _, key, _ in COLUMNS}, "completed": res.get("completed"),
             "failed": res.get("failed", 0), "duration_s": res.get("duration_s"),
-            "max_wait_steps": tr["max_wait_steps"], "steps": tr["steps"], "trace_check_ok": run["trace_check_ok"]}
+            "max_wait_steps": tr["max_wait_steps"], "steps": tr["steps"], "trace_check_ok": run["trace_check_ok"],
+            "rounds_request_throughput": run["rounds_request_throughput"], "median_round": run["median_round"]}
 
 
 def print_table(name: str, about: str, rows: dict[str, dict]) -> None:
@@ -157,6 +162,9 @@ def main_live_field(args) -> int:  # noqa: ANN001 - argparse.Namespace
     t_start = time.monotonic()
     names = list(args.family or FIELD_FAMILIES)
     policies = [p for p in (args.live_policies or ",".join(FIELD_POLICIES)).split(",") if p]
+    if args.live_rounds < 1 or args.family_repeat < 1:
+        print("error: --live-rounds and --family-repeat must be >= 1")
+        return 2
     unknown = [p for p in policies if p not in IN_VLLM]
     if unknown:
         print(f"error: --policies: {', '.join(unknown)} not run inside vLLM; choose from {', '.join(IN_VLLM)}")
@@ -172,6 +180,7 @@ def main_live_field(args) -> int:  # noqa: ANN001 - argparse.Namespace
     assets = ensure_assets(8)
     model, modules = str(assets.model), assets.lora_modules()
     report: dict = {"command": "bench --live --field", "policies": policies, "family_repeat": args.family_repeat,
+                    "rounds": args.live_rounds,
                     "starvation_steps": args.live_starvation_steps, "workloads": {}}
     bad = []
     for k, wl in enumerate(loads):
@@ -185,7 +194,8 @@ def main_live_field(args) -> int:  # noqa: ANN001 - argparse.Namespace
                 return family_client_command(port, model, dataset, models, result_dir=out, result_file=result_file)
         runs = {}
         for p in policies:
-            runs[p] = run_policy(p, wl.config, args, model, modules, out, tag=tag, client=client)
+            runs[p] = run_policy(p, wl.config, args, model, modules, out, tag=tag, client=client,
+                                 rounds=args.live_rounds)
             if runs[p]["result"]["failed"] or not runs[p]["trace_check_ok"]:
                 bad.append(f"{wl.name}/{p}")
         report["workloads"][wl.name] = {
@@ -202,10 +212,14 @@ def main_live_field(args) -> int:  # noqa: ANN001 - argparse.Namespace
     for name, w in report["workloads"].items():
         print_table(name, w["about"], w["rows"])
     report["total_s"] = time.monotonic() - t_start
-    print(f"\n(worst wait: engine steps from arrival to first admission, from the trace each server recorded; "
-          f"vllm steps/steps: engine steps to serve the workload, vllm's over the policy's (the machine's load "
+    print(f"\n(vLLM's figures: the round with the median req/s of {args.live_rounds} on one server; worst wait: "
+          f"engine steps from arrival to first admission, from the trace the server recorded over all rounds; "
+          f"vllm steps/steps: engine steps to serve all rounds, vllm's over the policy's (the machine's load "
           f"does not move it); trace: its claimed properties and its replay through the reference; starvation_steps "
           f"{args.live_starvation_steps}; {report['total_s']:.0f} s in all)")
+    for name, w in report["workloads"].items():
+        print(f"req/s by round, {name}: " + "; ".join(
+            f"{p} " + ", ".join(f"{x:.1f}" for x in r["rounds_request_throughput"]) for p, r in w["rows"].items()))
     if bad:
         print("FAILED runs (client failures or trace check): " + ", ".join(bad))
     results = Path(args.live_results) if args.live_results else RESULTS

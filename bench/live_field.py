@@ -132,6 +132,18 @@ def family_client_command(port: int, tokenizer: str, dataset: Path, models: list
                   "--skip-chat-template", "--disable-shuffle", "--lora-assignment", "round-robin"]
 
 
+def short_command(cmd: list[str], keep: int = 8) -> list[str]:
+    """`cmd` with a long `--lora-modules` list (one name per request) cut to its
+    first `keep` names and a count, for the results file."""
+    if "--lora-modules" not in cmd:
+        return cmd
+    i = cmd.index("--lora-modules") + 1
+    j = next((k for k in range(i, len(cmd)) if cmd[k].startswith("--")), len(cmd))
+    if j - i <= keep:
+        return cmd
+    return [*cmd[:i + keep], f"... ({j - i} names in all)", *cmd[j:]]
+
+
 def row(run: dict) -> dict:
     """The table's cells for one run: vLLM's figures and the trace's worst wait."""
     res, tr = run["result"], run["trace"]
@@ -205,7 +217,7 @@ def main_live_field(args) -> int:  # noqa: ANN001 - argparse.Namespace
             "vllm_blocks": {p: r["vllm_block"] for p, r in runs.items()},
             "trace_check": {p: r["trace_check"] for p, r in runs.items()},
             "server_start_s": {p: r["server_start_s"] for p, r in runs.items()},
-            "client": {p: r["client"] for p, r in runs.items()}}
+            "client": {p: short_command(r["client"]) for p, r in runs.items()}}
     for name, w in report["workloads"].items():
         for p, block in w["vllm_blocks"].items():
             print(f"== vLLM's result block, live {p}, {name} ==\n{block}\n")

@@ -232,3 +232,12 @@ def test_live_field_client_command_parses_with_vllms_own_parser(tmp_path) -> Non
         ("custom", str(tmp_path / "d.jsonl"), -1, 3)
     assert a.skip_chat_template and a.disable_shuffle and a.lora_assignment == "round-robin"
     assert a.lora_modules == models and a.request_rate == float("inf") and a.ignore_eos and a.save_result
+
+
+def test_live_field_short_command_keeps_the_flags() -> None:
+    from lora_sched.bench.live_field import short_command
+
+    cmd = ["x", "--lora-modules", *[f"lora{i}" for i in range(20)], "--seed", "0"]
+    assert short_command(cmd, keep=3) == ["x", "--lora-modules", "lora0", "lora1", "lora2", "... (20 names in all)",
+                                          "--seed", "0"]
+    assert short_command(cmd[:5] + ["--seed", "0"], keep=3) == cmd[:5] + ["--seed", "0"]

@@ -3,7 +3,9 @@
 Simulated by default (reference policies + the cost model, well under a
 minute); `--speed` adds the reference-vs-vLLM scheduler speed (imports vLLM,
 which alone takes tens of seconds); `--live` runs the policies inside the CPU
-vLLM server, driven by vLLM's own benchmark client (`bench.live`). Results go
+vLLM server, driven by vLLM's own benchmark client (`bench.live`); `--live
+--field` puts the frontier's top policies side by side on the seed shape and
+an adversarial family (`bench.live_field`). Results go
 to `--out` as JSON and PNG; stdout gets the tables.
 """
 
@@ -55,14 +57,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     adv.add_argument("--suffix", default="", help="--adversarial: family names end in -SUFFIX")
     adv.add_argument("--families-dir", default=None, help="where families are saved / read (default bench/families)")
     live = parser.add_argument_group("live mode (--live)")
-    live.add_argument("--live-prompts", type=int, default=LIVE_PROMPTS, help="requests per policy (--num-prompts)")
+    live.add_argument("--live-prompts", type=int, default=None,
+                      help=f"requests per policy on the seed shape (--num-prompts; default {LIVE_PROMPTS}, "
+                           "with --field 500, the seed's count)")
     live.add_argument("--live-output", type=int, default=LIVE_OUTPUT,
                       help="output tokens per request (--random-output-len, with --ignore-eos)")
     live.add_argument("--live-input-mean", type=int, default=LIVE_INPUT_MEAN,
                       help="mean prompt tokens (--random-input-len; the seed: 249)")
     live.add_argument("--live-starvation-steps", type=int, default=LIVE_STARVATION_STEPS,
                       help="fair's starvation_steps")
-    live.add_argument("--live-policies", default="blocking,vllm,fair")
+    live.add_argument("--live-policies", "--policies", dest="live_policies", default=None,
+                      help="comma-separated (default blocking,vllm,fair; with --field vllm,fair,timeslice,drainer)")
+    live.add_argument("--field", action="store_true",
+                      help="the frontier's top policies on the seed shape, issue 11's family and an adversarial one, "
+                           "side by side "
+                           "(bench.live_field); --family and --policies narrow or widen it")
+    live.add_argument("--family", action="append", default=None, metavar="NAME",
+                      help="with --live: a workload for the field table ('seed' or a family of "
+                           "bench.families; repeatable; implies --field)")
+    live.add_argument("--family-repeat", type=int, default=None, help="send a family's requests K times (default 16)")
+    live.add_argument("--live-rounds", type=int, default=None,
+                      help="client runs per server; the median round is reported (default 1; with --field 3)")
+    live.add_argument("--live-results", default=None,
+                      help="the field table's JSON (default bench/results/live-field.json)")
     live.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for each server")
 
 
@@ -73,9 +90,25 @@ def _ints(text: str) -> tuple[int, ...]:
 def main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.live and (args.field or args.family):
+        from lora_sched.bench.live_field import FAMILY_REPEAT, ROUNDS, main_live_field
+        from lora_sched.bench.simulate import SEED_PROMPTS
+
+        if args.family_repeat is None:
+            args.family_repeat = FAMILY_REPEAT
+        if args.live_prompts is None:
+            args.live_prompts = SEED_PROMPTS
+        if args.live_rounds is None:
+            args.live_rounds = ROUNDS
+        return main_live_field(args)
     if args.live:
         from lora_sched.bench.live import main_live
 
+        if args.live_prompts is None:
+            args.live_prompts = LIVE_PROMPTS
+        if args.live_rounds is not None and args.live_rounds != 1:
+            print("error: --live-rounds applies to --live --field only")
+            return 2
         return main_live(args)
     if args.optimum:
         return main_optimum(args, out)

@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -141,43 +142,65 @@ def printed_block(stdout: str) -> str:
     return "\n".join(lines[start:end + 1])
 
 
-def run_policy(policy: str, cfg: Config, args, model: str, modules: list[str], out: Path) -> dict:  # noqa: ANN001
-    """One server with `policy`'s scheduler class: start, drive with vLLM's client, stop, summarize."""
+def run_policy(policy: str, cfg: Config, args, model: str, modules: list[str], out: Path, *,  # noqa: ANN001
+               tag: str = "", client: Callable[[int, str], list[str]] | None = None, rounds: int = 1) -> dict:
+    """One server with `policy`'s scheduler class: start, drive with vLLM's client, stop, summarize.
+
+    `client(port, result_file)` builds the client's command line (default: the
+    seed's random dataset, `client_command`); `tag` prefixes the file names.
+    With `rounds` > 1 the client runs that many times, one after the other, on
+    the same server; the result reported is the round with the median request
+    throughput (each round's is kept), the trace covers every round."""
     from lora_sched.conformance.cli import check
     from lora_sched.conformance.server import LiveServer, log_tail
     from lora_sched.policy.scenarios import Scenario
 
-    scenario = Scenario(f"bench-{policy}", replace(cfg, policy=policy), Workload([]),
+    scenario = Scenario(f"bench-{tag}{policy}", replace(cfg, policy=policy), Workload([]),
                         "the seed's benchmark on the tiny model, vLLM's client, rate inf")
-    trace = out / f"live-{policy}.jsonl"
-    server = LiveServer(model, modules, policy, scenario, trace, out / f"live-{policy}-server.log")
+    stem = f"live-{tag}{policy}"
+    trace = out / f"{stem}.jsonl"
+    server = LiveServer(model, modules, policy, scenario, trace, out / f"{stem}-server.log")
     names = [m.split("=", 1)[0] for m in modules]
-    cmd = client_command(server.port, model, names, prompts=args.live_prompts, input_len=args.live_input_mean,
-                         output_len=args.live_output, result_dir=out, result_file=f"live-{policy}-vllm.json")
-    client_log = out / f"live-{policy}-client.log"
+    files = [f"{stem}-vllm.json"] if rounds == 1 else [f"{stem}-vllm-r{k + 1}.json" for k in range(rounds)]
+    if client is None:
+        def client(port: int, result_file: str) -> list[str]:
+            return client_command(port, model, names, prompts=args.live_prompts, input_len=args.live_input_mean,
+                                  output_len=args.live_output, result_dir=out, result_file=result_file)
+    cmds = [client(server.port, f) for f in files]
+    client_log = out / f"{stem}-client.log"
     t0 = time.monotonic()
+    procs = []
     try:
         progress(f"live {policy}: starting vLLM on 127.0.0.1:{server.port} (log {server.log}) ...")
         server.start(timeout=args.start_timeout)
         started = time.monotonic() - t0
         progress(f"live {policy}: server ready after {started:.0f} s; vLLM's benchmark client "
-                 f"(log {client_log}) ...")
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.start_timeout + 900)
+                 f"({rounds} round{'s' if rounds > 1 else ''}, log {client_log}) ...")
+        for cmd in cmds:
+            procs.append(subprocess.run(cmd, capture_output=True, text=True, timeout=args.start_timeout + 900))
+            if procs[-1].returncode != 0:
+                break
     finally:
         server.stop()
-    client_log.write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise RuntimeError(f"vLLM's benchmark client exited with {proc.returncode}; log {client_log}:\n"
+    client_log.write_text("".join(p.stdout + p.stderr for p in procs))
+    if procs[-1].returncode != 0:
+        raise RuntimeError(f"vLLM's benchmark client exited with {procs[-1].returncode}; log {client_log}:\n"
                            f"{log_tail(client_log)}")
-    result = json.loads((out / f"live-{policy}-vllm.json").read_text())
+    results = [json.loads((out / f).read_text()) for f in files]
+    pick = sorted(range(rounds), key=lambda k: results[k]["request_throughput"])[rounds // 2]
+    result, proc, cmd = results[pick], procs[pick], cmds[pick]
     block = result_block(result)
     summary = trace_summary(trace)
     ok, lines = check(trace, policy, scenario)
-    errors = [e for e in result.get("errors", []) if e][:5]
-    progress(f"live {policy}: {block['completed']} done, {block['failed']} failed in "
-             f"{block['duration_s']:.1f} s, {summary['steps']} engine steps; trace check "
-             f"{'ok' if ok else 'FAILED'}")
-    return {"policy": policy, "server_start_s": started, "result": block, "vllm_block": printed_block(proc.stdout),
+    errors = [e for r in results for e in r.get("errors", []) if e][:5]
+    failed = sum(r.get("failed", 0) for r in results)
+    rates = ", ".join(f"{r['request_throughput']:.1f}" for r in results)
+    progress(f"live {policy}: {block['completed']} done, {failed} failed; req/s by round {rates}; "
+             f"{summary['steps']} engine steps; trace check {'ok' if ok else 'FAILED'}")
+    return {"policy": policy, "server_start_s": started, "result": {**block, "failed": failed},
+            "vllm_block": printed_block(proc.stdout), "rounds_request_throughput": [r["request_throughput"]
+                                                                                 for r in results],
+            "median_round": pick + 1,
             "ttfts": [t for t, e in zip(result["ttfts"], result["errors"], strict=True) if not e],
             "input_tokens": result["total_input_tokens"], "trace": summary, "trace_path": str(trace),
             "trace_check_ok": ok, "trace_check": lines, "errors": errors, "client": cmd}
@@ -193,7 +216,7 @@ def main_live(args) -> int:  # noqa: ANN001 - argparse.Namespace
     cfg = live_config(args.live_starvation_steps)
     progress("assets: the tiny Llama and 8 adapters (generated once, cached in .assets/) ...")
     assets = ensure_assets(8)
-    policies = [p for p in args.live_policies.split(",") if p] or list(POLICIES)
+    policies = [p for p in (args.live_policies or "").split(",") if p] or list(POLICIES)
     runs: dict[str, dict] = {}
     for p in policies:
         runs[p] = run_policy(p, cfg, args, str(assets.model), assets.lora_modules(), out)

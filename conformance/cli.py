@@ -17,11 +17,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from lora_sched.policy.scenarios import SCENARIOS, VICTIM, Scenario
-from lora_sched.spec.config import POLICIES
+from lora_sched.spec.config import IN_VLLM
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", choices=POLICIES, default="vllm")
+    p.add_argument("--policy", choices=IN_VLLM, default="vllm")
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default="seed")
     p.add_argument("--in-process", action="store_true",
                    help="drive vLLM's Scheduler class directly (no model, no server)")

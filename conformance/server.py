@@ -35,7 +35,12 @@ SCHEDULER_CLASSES = {
     "vllm": "lora_sched.conformance.recorder.RecordingScheduler",
     "blocking": "lora_sched.scheduler.BlockingScheduler",
     "fair": "lora_sched.scheduler.FairScheduler",
+    "drainer": "lora_sched.scheduler.DrainerScheduler",
+    "timeslice": "lora_sched.scheduler.TimesliceScheduler",
+    "vtc": "lora_sched.scheduler.VtcScheduler",
 }
+# Classes that read `starvation_steps` (fair's S, the drainer's threshold, the time slice).
+KNOBBED = ("fair", "drainer", "timeslice")
 
 
 class ServerError(RuntimeError):
@@ -89,7 +94,7 @@ class LiveServer:
                "--block-size", str(cfg.block_size)]
         if self.lora_modules:
             cmd += ["--lora-modules", *self.lora_modules]
-        if self.policy == "fair":
+        if self.policy in KNOBBED:
             cmd += ["--additional-config", json.dumps({"lora_sched": {"starvation_steps": cfg.starvation_steps}})]
         if cfg.long_prefill_token_threshold:
             cmd += ["--long-prefill-token-threshold", str(cfg.long_prefill_token_threshold)]

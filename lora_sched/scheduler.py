@@ -1,4 +1,4 @@
-"""`fair` (and `blocking`) as vLLM scheduler classes: deploy with one flag.
+"""`fair` (and `blocking`, and the field's gates) as vLLM scheduler classes: deploy with one flag.
 
     python -m vllm.entrypoints.openai.api_server ... --enable-lora \\
         --scheduler-cls lora_sched.scheduler.AsyncFairScheduler \\
@@ -8,6 +8,10 @@
 custom schedulers to use, and its default on GPU); `FairScheduler` subclasses
 the synchronous `Scheduler`. Both run `policy.fair.FairGuard`, the object the
 reference policy and the trace checker run, so the three cannot drift apart.
+The field's reference gates run the same way: `DrainerScheduler` (SGLang's
+LoRADrainer), `TimesliceScheduler` (LoRAX's adapter cycle) and `VtcScheduler`
+(VTC), each with an `Async` twin, are `GateMixin` driving the gate object of
+`policy` (`make_gate`) that the reference core runs, from vLLM's own state.
 
 How the policy gets into vLLM. vLLM 0.32 decides LoRA admission inline in
 `Scheduler.schedule()` (a ~900-line method) and offers no hook. Rather than
@@ -20,13 +24,15 @@ two hook calls; every other statement is vLLM's, unchanged:
    `_d = self._lora_gate(request, scheduled_loras)`, then `break` on "stop"
    and vLLM's own skip body on "skip";
 2. the `if` that guards the waiting scan (its test reads `preempted_reqs`;
-   it holds `while token_budget > 0:`) gets `self._before_waiting_scan()` as
-   its first statement.
+   it holds `while token_budget > 0:`) gets
+   `self._before_waiting_scan(scheduled_loras)` as its first statement
+   (`scheduled_loras` is vLLM's own set, which its scan then grows).
 
-r* is visited first by `StarFirstQueue`, a `RequestQueue` around vLLM's own
-queue that yields r* before the others for one scan and, when the scan puts
-skipped requests back, restores the order they had (as the reference keeps
-it). No request field is written.
+A policy's scan order (r* first for `fair`, a gate's `scan_order`) is
+applied by `ScanOrderQueue`, a `RequestQueue` around vLLM's own queue that
+yields the pinned requests before the others for one scan and, when the scan
+puts skipped requests back, restores the order they had (as the reference
+keeps it). No request field is written.
 
 If vLLM's `schedule()` does not have exactly one node of each shape, import
 fails with `UnsupportedVllm`, naming the installed vLLM version and the
@@ -37,7 +43,8 @@ process has `LORA_SCHED_TRACE=PATH` in its environment
 (`conformance.recorder`), and is otherwise inert, so live conformance and
 the live benchmark run exactly the classes users deploy.
 
-`starvation_steps` (S of `policy.fair`, default 16) comes from vLLM's
+`starvation_steps` (S of `policy.fair`, the drainer's wait threshold, the
+time slice's length, in steps; default 16) comes from vLLM's
 `--additional-config '{"lora_sched": {"starvation_steps": N}}'`; any other
 key, or a value that is not an integer >= 0, stops the engine with an error
 naming it.
@@ -59,10 +66,14 @@ from vllm.v1.core.sched.request_queue import PriorityRequestQueue, RequestQueue,
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
-from lora_sched.conformance.recorder import RecorderMixin
+from lora_sched.conformance.recorder import RecorderMixin, config_of
+from lora_sched.policy import make_gate
 from lora_sched.policy.fair import FairGuard, Waiting, slot_outputs_left
+from lora_sched.policy.gate import Decision, Gate, ScanContext
 from lora_sched.spec.cap import cap_blocks
 from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request as SpecRequest
+from lora_sched.spec.state import ReqState, State
 
 _log = init_logger("vllm.lora_sched")  # under "vllm", whose handlers vLLM configures
 SUPPORTED_VLLM = "0.32.x"  # versions whose schedule() shape this module was built and tested against
@@ -157,7 +168,7 @@ def hook_schedule(source: str, *, version: str = vllm.__version__, filename: str
                      "holding `while token_budget > 0:`)", version)
     scan = stmts[i]
     assert isinstance(scan, ast.If)
-    call = ast.parse("self._before_waiting_scan()").body[0]
+    call = ast.parse("self._before_waiting_scan(scheduled_loras)").body[0]
     scan.body.insert(0, ast.copy_location(call, scan.body[0]))
     ast.fix_missing_locations(tree)
     namespace: dict[str, Any] = {}
@@ -174,48 +185,51 @@ if not vllm.__version__.startswith("0.32."):
                  "their shapes, but run the conformance tests before trusting it.", SUPPORTED_VLLM, vllm.__version__)
 
 
-# ---- r* first -------------------------------------------------------------------
+# ---- the scan order ---------------------------------------------------------------
 
-class StarFirstQueue(RequestQueue):
-    """vLLM's waiting queue, yielding a pinned request (r*) first for one scan.
+class ScanOrderQueue(RequestQueue):
+    """vLLM's waiting queue, yielding pinned requests first, for one scan.
 
+    A policy pins the order its scan visits (`fair`: r* alone; a reference
+    gate: its `scan_order`). Each `peek_request` / `pop_request` yields the
+    first pinned request still queued, then the queue's own order.
     Everything else is delegated to the queue vLLM built (FCFS deque or
     priority heap). While a scan is pinned, requests vLLM puts back
     (`prepend_requests`, its skipped requests) are restored to the order the
-    queue had when the scan started, so visiting r* first reorders nothing
-    that outlives the scan."""
+    queue had when the scan started, so the scan order reorders nothing that
+    outlives the scan."""
 
     def __init__(self, inner: RequestQueue) -> None:
         self.inner = inner
-        self.star: Request | None = None
+        self.front: list[Request] = []
         self._order: dict[str, int] | None = None
 
-    def pin(self, star: Request) -> None:
-        self.star = star
+    def pin(self, order: Iterable[Request]) -> None:
+        self.front = list(order)
         self._order = {r.request_id: i for i, r in enumerate(self.inner)}
 
     def unpin(self) -> None:
-        self.star, self._order = None, None
+        self.front, self._order = [], None
 
-    def _star_here(self) -> bool:
-        return self.star is not None and self.star in self.inner
+    def _head(self) -> Request | None:
+        while self.front and self.front[0] not in self.inner:
+            self.front.pop(0)
+        return self.front[0] if self.front else None
 
     def add_request(self, request: Request) -> None:
         self.inner.add_request(request)
 
     def pop_request(self) -> Request:
-        if self._star_here():
-            star, self.star = self.star, None
-            assert star is not None
-            self.inner.remove_request(star)
-            return star
+        head = self._head()
+        if head is not None:
+            self.front.pop(0)
+            self.inner.remove_request(head)
+            return head
         return self.inner.pop_request()
 
     def peek_request(self) -> Request:
-        if self._star_here():
-            assert self.star is not None
-            return self.star
-        return self.inner.peek_request()
+        head = self._head()
+        return head if head is not None else self.inner.peek_request()
 
     def prepend_request(self, request: Request) -> None:
         self.inner.prepend_request(request)
@@ -297,8 +311,8 @@ class HookedMixin:
     def _on_cap(self, request: Request) -> str:
         return "skip"
 
-    def _before_waiting_scan(self) -> None:
-        pass
+    def _before_waiting_scan(self, scheduled_loras: set[int]) -> None:
+        """Called when vLLM starts its waiting scan (nothing was preempted)."""
 
 
 class BlockingMixin(HookedMixin):
@@ -327,7 +341,7 @@ class FairMixin(HookedMixin):
         self._arrivals = 0
         self._guard: FairGuard | None = None
         self._star: Request | None = None
-        s.waiting = StarFirstQueue(s.waiting)
+        s.waiting = ScanOrderQueue(s.waiting)
 
     def guard(self) -> FairGuard:
         if self._guard is None:
@@ -352,7 +366,7 @@ class FairMixin(HookedMixin):
         super()._preempt_request(request, *args, **kwargs)  # type: ignore[misc]
         self._since[request.request_id] = s.current_step
 
-    def _before_waiting_scan(self) -> None:
+    def _before_waiting_scan(self, scheduled_loras: set[int]) -> None:
         s: Any = self
         step = s.current_step
         queue = list(s.waiting)
@@ -363,7 +377,7 @@ class FairMixin(HookedMixin):
         star_id = self.guard().begin_scan(step, waiting)
         self._star = next((r for r in queue if r.request_id == star_id), None)
         if self._star is not None:
-            s.waiting.pin(self._star)
+            s.waiting.pin([self._star])
 
     def _lora_gate(self, request: Request, scheduled_loras: set[int]) -> str:
         s: Any = self
@@ -401,6 +415,163 @@ class FairMixin(HookedMixin):
         return super()._free_request(request, *args, **kwargs)  # type: ignore[misc]
 
 
+class GateMixin(HookedMixin):
+    """Any reference gate (`policy.gate.Gate`) inside vLLM's `schedule()`.
+
+    The gate is the object `policy.make_gate(policy_name)` builds, the one the
+    reference core (`policy.core`) runs; this class only feeds it vLLM's state
+    and applies its answers, at the points where the core calls it:
+
+    - `scan_order(ctx, waiting)` when vLLM starts its waiting scan
+      (`_before_waiting_scan`); the order is pinned on `ScanOrderQueue`;
+    - `decide(ctx, rid)` for every request the scan reaches the LoRA check
+      with (`_lora_gate`): ADMIT, SKIP (vLLM's own skip) or STOP (`break`);
+    - `admitted(ctx, rid)` once a request it let through has joined
+      `running` (seen at the next LoRA check, or when `schedule()` returns),
+      before any later request is decided, as the core tells it;
+    - `step_done(ctx, batch_loras)` after every `schedule()`.
+
+    `ctx.scheduled_loras` is vLLM's own `scheduled_loras` set, which its scan
+    grows. `ctx.state` is `mirror`, a `spec.state.State` kept from vLLM's
+    requests: queue orders, statuses and token counters (`generated` =
+    `num_output_tokens`, `computed`, `stale` = `num_stale_output_tokens`,
+    `placeholders`) are read from vLLM at each call; what vLLM does not keep
+    the mixin records as the core does (arrival order `seq`; `waiting_since`,
+    the step a request last joined `waiting`, at arrival or preemption;
+    `first_admitted`). KV blocks held are not mirrored (no gate reads them).
+    A request vLLM frees stays in the mirror through the next `schedule()`
+    (a gate sees it finished once, as in the core; vLLM's engine runs that
+    step to report it finished) and is then dropped, so a long-running server
+    keeps no entry per request served.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        s: Any = self
+        self.starvation_steps = settings_from(s.vllm_config)["starvation_steps"]
+        self.gate: Gate = make_gate(self.policy_name)
+        self.mirror = State(config_of(s, self.policy_name))
+        _log.info("lora_sched: %s on %s, starvation_steps=%d, max_loras=%s", self.policy_name,
+                  type(self).__name__, self.starvation_steps, s.lora_config.max_loras if s.lora_config else None)
+        self._arrivals = 0
+        self._ctx: ScanContext | None = None
+        self._candidate: Request | None = None  # let through by decide; admitted once it is running
+        self._freed: list[str] = []  # freed since the last schedule() began
+        s.waiting = ScanOrderQueue(s.waiting)
+
+    # ---- the mirror ------------------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        s: Any = self
+        super().add_request(request)  # type: ignore[misc]
+        arrival = s.current_step + 1
+        sp = request.sampling_params
+        req = SpecRequest(request.request_id, _adapter(request), request.num_prompt_tokens,
+                          int(sp.max_tokens if sp is not None and sp.max_tokens else 1), arrival,
+                          int(request.priority))
+        self.mirror.reqs[request.request_id] = ReqState(req=req, seq=self._arrivals, waiting_since=arrival)
+        self._arrivals += 1
+
+    def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        s: Any = self
+        super()._preempt_request(request, *args, **kwargs)  # type: ignore[misc]
+        rs = self.mirror.reqs[request.request_id]
+        rs.waiting_since, rs.status = s.current_step, "waiting"
+        rs.preemptions += 1
+
+    def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        rs = self.mirror.reqs.get(request.request_id)
+        if rs is not None:
+            rs.generated = request.num_output_tokens
+            rs.status = "aborted" if request.status == RequestStatus.FINISHED_ABORTED else "finished"
+            (self.mirror.aborted if rs.status == "aborted" else self.mirror.finished).add(request.request_id)
+            self._freed.append(request.request_id)
+        return super()._free_request(request, *args, **kwargs)  # type: ignore[misc]
+
+    def _sync(self) -> None:
+        """Queues, statuses and counters from vLLM, as they are now."""
+        s: Any = self
+        st = self.mirror
+        st.step = s.current_step
+        waiting = [*s.kv_holding_waiting, *s.waiting]
+        st.waiting = [r.request_id for r in waiting]
+        st.running = [r.request_id for r in s.running]
+        for r in (*waiting, *s.running):
+            rs = st.reqs[r.request_id]
+            rs.status = "running" if r.status == RequestStatus.RUNNING else "waiting"
+            rs.generated = r.num_output_tokens
+            rs.computed = r.num_computed_tokens
+            rs.stale = r.num_stale_output_tokens
+            rs.placeholders = r.num_output_placeholders
+
+    def _flush_admitted(self) -> None:
+        """Tell the gate about the request it let through, if it joined `running`."""
+        request, self._candidate = self._candidate, None
+        if request is None or request.status != RequestStatus.RUNNING or self._ctx is None:
+            return
+        rid = request.request_id
+        rs = self.mirror.reqs[rid]
+        rs.status = "running"
+        if rs.first_admitted is None:
+            rs.first_admitted = self.mirror.step
+        self.mirror.running.append(rid)
+        self.gate.admitted(self._ctx, rid)
+
+    # ---- the hooks ---------------------------------------------------------------
+    def _before_waiting_scan(self, scheduled_loras: set[int]) -> None:
+        s: Any = self
+        self._sync()
+        self._ctx = ScanContext(self.mirror, s.current_step, scheduled_loras)
+        order = self.gate.scan_order(self._ctx, list(self.mirror.waiting))
+        queued = {r.request_id: r for r in s.waiting}
+        s.waiting.pin(queued[rid] for rid in order if rid in queued)
+
+    def _lora_gate(self, request: Request, scheduled_loras: set[int]) -> str:
+        self._flush_admitted()
+        assert self._ctx is not None and self._ctx.scheduled_loras is scheduled_loras
+        decision, _why = self.gate.decide(self._ctx, request.request_id)
+        if decision is Decision.ADMIT:
+            self._candidate = request
+        return decision.value
+
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        s: Any = self
+        freed, self._freed = self._freed, []
+        self._ctx = None
+        try:
+            out = super().schedule(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            s.waiting.unpin()
+        self._flush_admitted()
+        self._sync()
+        batch = {_adapter(s.requests[rid]) for rid in out.num_scheduled_tokens} - {0}
+        ctx = self._ctx if self._ctx is not None else ScanContext(self.mirror, s.current_step, set(batch))
+        self.gate.step_done(ctx, batch)
+        self._ctx = None
+        for rid in freed:  # freed before this schedule(): the gate has seen them finished
+            self.mirror.reqs.pop(rid, None)
+            self.mirror.finished.discard(rid)
+            self.mirror.aborted.discard(rid)
+        return out
+
+
+class DrainerMixin(GateMixin):
+    """`drainer`: SGLang's LoRADrainer (`policy.drainer.DrainerGate`)."""
+
+    policy_name = "drainer"
+
+
+class TimesliceMixin(GateMixin):
+    """`timeslice`: LoRAX's adapter cycle (`policy.timeslice.TimesliceGate`)."""
+
+    policy_name = "timeslice"
+
+
+class VtcMixin(GateMixin):
+    """`vtc`: the Virtual Token Counter (`policy.vtc.VtcGate`)."""
+
+    policy_name = "vtc"
+
+
 class FairScheduler(RecorderMixin, FairMixin, Scheduler):
     """`fair` on vLLM's synchronous `Scheduler`."""
 
@@ -417,7 +588,34 @@ class AsyncBlockingScheduler(RecorderMixin, BlockingMixin, AsyncScheduler):
     """`blocking` on vLLM's `AsyncScheduler`."""
 
 
+class DrainerScheduler(RecorderMixin, DrainerMixin, Scheduler):
+    """`drainer` on vLLM's synchronous `Scheduler` (a reference: it starves)."""
+
+
+class AsyncDrainerScheduler(RecorderMixin, DrainerMixin, AsyncScheduler):
+    """`drainer` on vLLM's `AsyncScheduler`."""
+
+
+class TimesliceScheduler(RecorderMixin, TimesliceMixin, Scheduler):
+    """`timeslice` on vLLM's synchronous `Scheduler` (a reference: it starves)."""
+
+
+class AsyncTimesliceScheduler(RecorderMixin, TimesliceMixin, AsyncScheduler):
+    """`timeslice` on vLLM's `AsyncScheduler`."""
+
+
+class VtcScheduler(RecorderMixin, VtcMixin, Scheduler):
+    """`vtc` on vLLM's synchronous `Scheduler` (a reference: it blocks behind the cap)."""
+
+
+class AsyncVtcScheduler(RecorderMixin, VtcMixin, AsyncScheduler):
+    """`vtc` on vLLM's `AsyncScheduler`."""
+
+
 CLASSES: dict[str, tuple[type, type]] = {
     "blocking": (BlockingScheduler, AsyncBlockingScheduler),
     "fair": (FairScheduler, AsyncFairScheduler),
+    "drainer": (DrainerScheduler, AsyncDrainerScheduler),
+    "timeslice": (TimesliceScheduler, AsyncTimesliceScheduler),
+    "vtc": (VtcScheduler, AsyncVtcScheduler),
 }

@@ -59,8 +59,9 @@ class VtcGate(GateBase):
             if delta:
                 self.served[rs.req.adapter] = self.served.get(rs.req.adapter, 0) + OUTPUT_PRICE * delta
                 self.charged[rid] = rs.generated
-            if rs.status in ("finished", "aborted"):
+            if rs.status in ("finished", "aborted"):  # charged in full: forget it
                 del self.charged[rid]
+                self._admits.discard(rid)
 
     def scan_order(self, ctx: ScanContext, queue: list[str]) -> list[str]:
         st = ctx.state

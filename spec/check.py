@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from lora_sched.spec.config import POLICIES
+from lora_sched.spec.config import POLICIES, REFERENCE_POLICIES
 from lora_sched.spec.observe import Observer
 from lora_sched.spec.properties import ALL_PROPERTIES, Violation
 from lora_sched.spec.state import peak_present, peak_waiting
@@ -188,7 +188,7 @@ def _jsonable(x: object) -> Any:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", help="a lora-sched-trace JSONL file")
-    p.add_argument("--policy", choices=POLICIES,
+    p.add_argument("--policy", choices=POLICIES + REFERENCE_POLICIES,
                    help="replay the trace through this reference policy step by step")
     p.add_argument("--json", action="store_true",
                    help="print one versioned JSON object (a result per property) instead of text")

@@ -11,10 +11,14 @@ from typing import Any
 
 QUEUES = ("fcfs", "priority")
 POLICIES = ("blocking", "vllm", "fair")
-# The field's policies and fair's prototypes: reference gates for the frontier
-# (bench.frontier), checked by the same properties, not shipped as vLLM
-# scheduler classes (so not in POLICIES, which the harnesses iterate).
+# The field's policies: reference gates for the frontier (bench.frontier),
+# checked by the same properties, not offered to users (so not in POLICIES,
+# which the harnesses iterate).
 REFERENCE_POLICIES = ("drainer", "timeslice", "vtc")
+# Policies that also run inside vLLM as scheduler classes (`lora_sched.scheduler`,
+# the `vllm` one being conformance's recording class): what `conform` and
+# `bench --live` accept. The field's gates are there to be measured, not deployed.
+IN_VLLM = (*POLICIES, "drainer", "timeslice", "vtc")
 
 
 class ConfigError(ValueError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from lora_sched.bench.costmodel import DEFAULT, CostModel
@@ -177,3 +178,66 @@ def test_bench_modules_import_each_other_without_a_cycle() -> None:
 
     for start in graph:
         assert cycle_from(start, (start,)) is None, cycle_from(start, (start,))
+
+
+# ---- live field mode (`bench --live --field`): the pure parts -------------------------------------
+
+def test_live_field_family_dataset(tmp_path) -> None:
+    """A family becomes vLLM's `custom` dataset in arrival order, repeated, one model
+    name per request (its adapter), each prompt as many words (tokens) as its prompt."""
+    import json
+
+    from lora_sched.bench.families import known_family
+    from lora_sched.bench.live_field import KNOWN, workload, write_dataset
+
+    wl = workload(KNOWN, starvation_steps=16, repeat=2)
+    _, reqs = known_family()
+    assert len(wl.requests) == 2 * len(reqs)
+    assert (wl.config.max_loras, wl.config.max_num_seqs, wl.config.max_num_batched_tokens) == (1, 12, 16)
+    assert [r.arrival for r in wl.requests[:len(reqs)]] == sorted(r.arrival for r in reqs)
+    models = write_dataset(wl.requests, tmp_path / "d.jsonl")
+    lines = [json.loads(x) for x in (tmp_path / "d.jsonl").read_text().splitlines()]
+    assert len(lines) == len(models) == len(wl.requests)
+    for line, name, r in zip(lines, models, wl.requests, strict=True):
+        assert len(line["prompt"].split()) == r.prompt_tokens and line["output_tokens"] == r.max_tokens
+        assert name == (f"lora{r.adapter}" if r.adapter else "base")
+
+
+@pytest.mark.parametrize("name, needle", [
+    ("no such family", "unknown family 'no such family'"),
+    ("adv-fair-throughput", "vLLM refuses max_num_batched_tokens 16 < max_num_seqs 32"),
+])
+def test_live_field_refuses_what_it_cannot_run(name, needle) -> None:
+    from lora_sched.bench.live_field import LiveFieldError, workload
+
+    with pytest.raises(LiveFieldError, match=re.escape(needle)):
+        workload(name, starvation_steps=16, repeat=1)
+
+
+@pytest.mark.vllm
+def test_live_field_client_command_parses_with_vllms_own_parser(tmp_path) -> None:
+    """The family's client command is vLLM's `custom` dataset, in order (no shuffle),
+    lengths from the file (`--custom-output-len -1`), one LoRA name per request
+    assigned round robin, so request i goes to model i."""
+    from lora_sched.bench.live_field import family_client_command
+    from vllm.benchmarks.serve import add_cli_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    models = ["lora2", "base", "lora1"]
+    cmd = family_client_command(8123, "/m", tmp_path / "d.jsonl", models, result_dir=tmp_path, result_file="r.json")
+    parser = FlexibleArgumentParser()
+    add_cli_args(parser)
+    a = parser.parse_args(cmd[3:])
+    assert (a.dataset_name, a.dataset_path, a.custom_output_len, a.num_prompts) == \
+        ("custom", str(tmp_path / "d.jsonl"), -1, 3)
+    assert a.skip_chat_template and a.disable_shuffle and a.lora_assignment == "round-robin"
+    assert a.lora_modules == models and a.request_rate == float("inf") and a.ignore_eos and a.save_result
+
+
+def test_live_field_short_command_keeps_the_flags() -> None:
+    from lora_sched.bench.live_field import short_command
+
+    cmd = ["x", "--lora-modules", *[f"lora{i}" for i in range(20)], "--seed", "0"]
+    assert short_command(cmd, keep=3) == ["x", "--lora-modules", "lora0", "lora1", "lora2", "... (20 names in all)",
+                                          "--seed", "0"]
+    assert short_command(cmd[:5] + ["--seed", "0"], keep=3) == cmd[:5] + ["--seed", "0"]

@@ -16,8 +16,11 @@ objective does not get worse:
   bound with the run's peak Q; a value > 1 breaks the claim.
 
 Search space (sizes kept small so that a wait cannot grow just with size):
-max_loras 1-4, max_num_seqs 1-32, max_num_batched_tokens 4-256 (chunked
-prefill on, FCFS, synchronous, unlimited KV: the assumptions of fair's bound),
+max_loras 1-4, max_num_seqs 1-32, max_num_batched_tokens 4-256 and at
+least max_num_seqs (vLLM refuses a smaller budget: `vllm_runs`; families
+found before that rule, which vLLM refuses, stay as simulation-only
+families) (chunked prefill on, FCFS, synchronous, unlimited KV: the
+assumptions of fair's bound),
 2-48 requests over adapters 0-6, prompts 1-32, outputs 1-32, arrivals 1-40.
 Restarts begin at a random workload and at the issue's known family. The best
 workload of each (policy, objective) is saved under `bench/families/` as a
@@ -85,10 +88,18 @@ def _clip(name: str, v: int) -> int:
     return max(lo, min(hi, v))
 
 
+def vllm_runs(cfg: Config) -> Config:
+    """The nearest config vLLM accepts: its SchedulerConfig requires
+    max_num_batched_tokens >= max_num_seqs, so the budget is raised to the
+    seats (the search stays among configurations vLLM runs)."""
+    return replace(cfg, max_num_batched_tokens=max(cfg.max_num_batched_tokens, cfg.max_num_seqs))
+
+
 def random_instance(rng: random.Random) -> Instance:
     adapters = rng.randint(1, LIMITS["adapters"][1])
-    cfg = Config(max_loras=rng.randint(*LIMITS["max_loras"]), max_num_seqs=rng.randint(*LIMITS["max_num_seqs"]),
-                 max_num_batched_tokens=rng.choice([4, 8, 16, 32, 64, 128, 256]))
+    cfg = vllm_runs(Config(max_loras=rng.randint(*LIMITS["max_loras"]),
+                           max_num_seqs=rng.randint(*LIMITS["max_num_seqs"]),
+                           max_num_batched_tokens=rng.choice([4, 8, 16, 32, 64, 128, 256])))
     n = rng.randint(8, LIMITS["n"][1])
     reqs = tuple(Request(f"r{i}", rng.randint(0, adapters), rng.randint(*LIMITS["prompt"]),
                          rng.randint(*LIMITS["output"]), rng.randint(1, 10)) for i in range(n))
@@ -108,7 +119,7 @@ def mutate(inst: Instance, rng: random.Random) -> Instance:
         field = rng.choice(["max_loras", "max_num_seqs", "max_num_batched_tokens"])
         v = getattr(cfg, field)
         nv = v * 2 if rng.random() < 0.2 else v // 2 if rng.random() < 0.25 else v + rng.choice([-1, 1])
-        cfg = replace(cfg, **{field: _clip(field, nv)})
+        cfg = vllm_runs(replace(cfg, **{field: _clip(field, nv)}))
     elif kind < 0.35 and len(reqs) < LIMITS["n"][1]:
         src = rng.choice(reqs)
         ids = {r.id for r in reqs}

@@ -46,6 +46,8 @@ def test_mutations_stay_in_the_search_space():
         assert 2 <= len(inst.requests) <= 48
         assert len({r.id for r in inst.requests}) == len(inst.requests)
         assert 1 <= inst.config.max_loras <= 4 and inst.config.max_num_batched_tokens >= 4
+        # only configurations vLLM accepts (SchedulerConfig: budget >= seats)
+        assert inst.config.max_num_batched_tokens >= inst.config.max_num_seqs
 
 
 def test_dominance_is_strict_in_both_coordinates():

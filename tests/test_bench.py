@@ -205,7 +205,7 @@ def test_live_field_family_dataset(tmp_path) -> None:
 
 @pytest.mark.parametrize("name, needle", [
     ("no such family", "unknown family 'no such family'"),
-    ("adv-fair-throughput", "vLLM refuses max_num_batched_tokens 16 < max_num_seqs 32"),
+    ("adv-fair_lrw-throughput", "vLLM refuses max_num_batched_tokens 18 < max_num_seqs 30"),
 ])
 def test_live_field_refuses_what_it_cannot_run(name, needle) -> None:
     from lora_sched.bench.live_field import LiveFieldError, workload

@@ -131,19 +131,63 @@ class _ExemptionCounter:
         return Counting()
 
 
+# Searched families on which fair v4's exemptions from the guard's hold occur;
+# vLLM accepts both (budget >= seats). The second is also one on which a
+# deadline 20 outputs too late changes what fair admits.
+EXEMPTION_FAMILIES = ("adv-fair_drain-throughput.json", "adv-fair_cohort-throughput.json")
+
+
+def _family(name: str, async_scheduling: bool):
+    from lora_sched.bench.families import FAMILY_DIR, load
+    from lora_sched.policy.driver import Workload
+
+    _, cfg, reqs, _ = load(FAMILY_DIR / name)
+    return replace(cfg, policy="fair", async_scheduling=async_scheduling), Workload(list(reqs))
+
+
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_fair_drain_and_cohort_admissions_inside_vllm(tmp_path, async_scheduling):
     """fair v4's exemptions from the guard's hold (a victim's requests that end
     by its deadline; the cohort of the last r*) decide the same inside vLLM as
-    in the reference, on a searched family where both occur: zero divergences
+    in the reference, on searched families where both occur: zero divergences
     and every claim, no_hol_blocking included (its declared holds replay the
     guard from the trace alone)."""
-    from lora_sched.bench.families import FAMILY_DIR, load
-    from lora_sched.policy.driver import Workload, run
+    from lora_sched.policy.driver import run
 
-    _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fair_drain-throughput.json")  # vLLM needs budget >= seats
-    cfg = replace(cfg, policy="fair", async_scheduling=async_scheduling)
-    gate = _ExemptionCounter()
-    run(cfg, Workload(list(reqs)), gate=gate)
-    assert gate.counts["cohort"] > 0 and gate.counts["drain"] > 0, gate.counts
-    _check(cfg, Workload(list(reqs)), tmp_path, "fair")
+    counts = {"cohort": 0, "drain": 0}
+    for name in EXEMPTION_FAMILIES:
+        cfg, wl = _family(name, async_scheduling)
+        gate = _ExemptionCounter()
+        run(cfg, wl, gate=gate)
+        counts = {k: counts[k] + gate.counts[k] for k in counts}
+        _check(cfg, wl, tmp_path, "fair")
+    assert counts["cohort"] > 0 and counts["drain"] > 0, counts
+
+
+def test_planted_late_deadline_in_vllm_is_caught(tmp_path):
+    """The check above can fail: `FairScheduler` whose guard sets each victim's
+    deadline 20 outputs late (so it lets in requests the reference holds)
+    diverges from the reference on the second family."""
+    from lora_sched.conformance.inprocess import run_workload
+    from lora_sched.policy.fair import FairGuard
+    from lora_sched.policy.replay import replay
+    from lora_sched.spec.trace import read_trace
+
+    from lora_sched.scheduler import FairScheduler
+
+    class LateGuard(FairGuard):
+        def visit_star(self, left: dict[int, int]) -> None:
+            super().visit_star({a: n + 20 for a, n in left.items()})
+
+    class Planted(FairScheduler):
+        def guard(self) -> FairGuard:
+            if self._guard is None:
+                g = super().guard()
+                self._guard = LateGuard(g.starvation_steps, g.max_loras, g.priority_queue)
+            return self._guard
+
+    cfg, wl = _family(EXEMPTION_FAMILIES[1], False)
+    path = tmp_path / "planted.jsonl"
+    run_workload(cfg, wl, path, policy="fair", scheduler_class=Planted)
+    out = replay(read_trace(str(path)), "fair")
+    assert not out.ok, "a deadline 20 outputs late inside vLLM went unnoticed"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 from lora_sched.bench.adversarial import Instance, climb, evaluate, known_instance, mutate
@@ -39,9 +40,12 @@ def test_hill_climbing_never_loses_ground():
 
 
 def test_mutations_stay_in_the_search_space():
+    """From the known family and from one whose budget equals its seats (so
+    any budget cut or seat increase would leave what vLLM accepts)."""
     rng = random.Random(5)
-    inst = known_instance()
-    for _ in range(200):
+    known = known_instance()
+    tight = Instance(replace(known.config, max_num_seqs=16, max_num_batched_tokens=16), known.requests)
+    for inst in [known] * 200 + [tight] * 200:
         inst = mutate(inst, rng)
         assert 2 <= len(inst.requests) <= 48
         assert len({r.id for r in inst.requests}) == len(inst.requests)

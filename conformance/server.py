@@ -61,6 +61,26 @@ def log_tail(path: Path, lines: int = 30) -> str:
     return "\n".join(text[-lines:])
 
 
+def wait_ready(proc: subprocess.Popen, port: int, log: Path, timeout: float) -> None:
+    """Poll the server's `/v1/models` until it answers; a server that exits,
+    or is not up within `timeout` seconds (a hang guard, not a speed goal),
+    raises `ServerError` with the log's last lines."""
+    deadline = time.monotonic() + timeout
+    url = f"http://127.0.0.1:{port}/v1/models"
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ServerError(f"vLLM server exited with code {proc.returncode} before it was "
+                              f"ready; log {log}, last lines:\n{log_tail(log)}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise ServerError(f"vLLM server not ready within {timeout:.0f} s; log {log}, last lines:\n{log_tail(log)}")
+
+
 @dataclass
 class LiveServer:
     model: str
@@ -114,22 +134,11 @@ class LiveServer:
         with open(self.log, "wb") as logf:
             self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        url = f"http://127.0.0.1:{self.port}/v1/models"
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ServerError(f"vLLM server exited with code {self.proc.returncode} before it was "
-                                  f"ready; log {self.log}, last lines:\n{log_tail(self.log)}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise ServerError(f"vLLM server not ready within {timeout:.0f} s; log {self.log}, last lines:\n"
-                          f"{log_tail(self.log)}")
+        try:
+            wait_ready(self.proc, self.port, self.log, timeout)
+        except ServerError:
+            self.stop()
+            raise
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -79,7 +78,7 @@ def test_readme_deploy_command(tmp_path):
     adapters), serves base and LoRA requests through the OpenAI client with
     fair loaded and its setting applied."""
     from lora_sched.conformance.assets import ensure_assets
-    from lora_sched.conformance.server import free_port, log_tail
+    from lora_sched.conformance.server import free_port, log_tail, wait_ready
     from openai import OpenAI
 
     assets = ensure_assets(3)
@@ -95,16 +94,9 @@ def test_readme_deploy_command(tmp_path):
         proc = subprocess.Popen(["bash", "-c", _readme_deploy_command()], stdout=f, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
     try:
-        deadline = time.monotonic() + 240
+        wait_ready(proc, port, log, 240)
         client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=120)
-        while True:
-            assert proc.poll() is None, f"server exited {proc.returncode}:\n{log_tail(log)}"
-            assert time.monotonic() < deadline, f"server not ready:\n{log_tail(log)}"
-            try:
-                models = {m.id for m in client.models.list().data}
-                break
-            except Exception:  # noqa: BLE001 - not listening yet
-                time.sleep(0.5)
+        models = {m.id for m in client.models.list().data}
         assert {"lora1", "lora2", "lora3"} <= models
         with ThreadPoolExecutor(8) as pool:
             outs = list(pool.map(lambda m: client.completions.create(

@@ -56,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="--adversarial: comma-separated objectives of throughput,wait,bound (default: all)")
     adv.add_argument("--suffix", default="", help="--adversarial: family names end in -SUFFIX")
     adv.add_argument("--families-dir", default=None, help="where families are saved / read (default bench/families)")
+    adv.add_argument("--reevaluate", action="store_true",
+                     help="--adversarial: instead of searching, measure again the families kept from earlier "
+                          "rules (found_by.found_against) under the current policies")
     live = parser.add_argument_group("live mode (--live)")
     live.add_argument("--live-prompts", type=int, default=None,
                       help=f"requests per policy on the seed shape (--num-prompts; default {LIVE_PROMPTS}, "
@@ -238,8 +241,13 @@ def main_search(args: argparse.Namespace, out: Path) -> int:
             print(f"error: --search-policies / --objectives: unknown {', '.join(unknown)}")
             return 2
         seed: int | str = int(args.seed) if args.seed.isdigit() else args.seed
-        rows = search(pols, iters=args.iters, restarts=args.restarts, seed=seed, out_dir=fam_dir,
-                      objectives=objs, suffix=args.suffix)
+        if args.reevaluate:
+            from lora_sched.bench.adversarial import reevaluate
+            rows = [reevaluate(p) for p in sorted(fam_dir.glob("adv-*.json"))
+                    if "found_against" in json.loads(p.read_text()).get("found_by", {})]
+        else:
+            rows = search(pols, iters=args.iters, restarts=args.restarts, seed=seed, out_dir=fam_dir,
+                          objectives=objs, suffix=args.suffix)
         report["adversarial"] = rows
         print_rows(rows)
     if args.frontier:

@@ -341,6 +341,7 @@ class FairMixin(HookedMixin):
         self._arrivals = 0
         self._guard: FairGuard | None = None
         self._star: Request | None = None
+        self._let_in: list[Request] = []  # requests this scan's LoRA check let through
         s.waiting = ScanOrderQueue(s.waiting)
 
     def guard(self) -> FairGuard:
@@ -393,6 +394,7 @@ class FairMixin(HookedMixin):
             return "skip"
         if s.lora_config is not None and cap_blocks(active, adapter, s.lora_config.max_loras):
             return "skip"
+        self._let_in.append(request)
         return "admit"
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
@@ -402,9 +404,13 @@ class FairMixin(HookedMixin):
         finally:
             s.waiting.unpin()
         star, self._star = self._star, None
+        let_in, self._let_in = self._let_in, []
         g = self.guard()
         if star is not None and g.star == star.request_id and star.status == RequestStatus.RUNNING:
             g.admitted(star.request_id)
+        for r in let_in:  # the scan's other admissions (they move a victim's deadline)
+            if r is not star and r.status == RequestStatus.RUNNING:
+                g.admitted(r.request_id)
         return out
 
     def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:

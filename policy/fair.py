@@ -1,6 +1,6 @@
 """`fair`: vLLM's skip rule with a crash-proof cap and an aging guard (this project's policy).
 
-Rule (v4). Two changes to `vllm`:
+Rule (v5). Two changes to `vllm`:
 
 *Cap.* The LoRA cap (`spec.cap.cap_blocks`) is counted over the adapters of
 every request in `running`, scheduled this step or not, plus those admitted
@@ -17,7 +17,8 @@ r* be, among the waiting requests that have waited at least
 have no async output in flight, the oldest: smallest (priority, under the
 priority queue), then the step it joined `waiting`, then arrival order. Any
 request can be r*: a base-model request, one whose adapter is active, one
-whose adapter is not. r* stays r* until it is admitted. Then:
+whose adapter is not. r* stays r* until it is admitted. Its *age* is the
+steps since it joined `waiting`. Then:
 
 1. the scan visits r* first;
 2. if the cap and capacity let r* in, it is admitted and the scan goes on
@@ -27,18 +28,24 @@ whose adapter is not. r* stays r* until it is admitted. Then:
    stops end the scan, and r* is first in line;
 4. if the cap blocks r* and no victim holds a slot, the guard picks one
    *victim* among the adapters holding a slot: the one with the fewest
-   waiting requests it would hold (its *backlog*), then the one whose
-   longest-running request has the fewest outputs left, then the smallest
-   id. It sets the victim's *deadline*: this step plus those outputs left
-   (the step by which the victim's slot frees if nothing joins it). Until r*
-   is admitted, the guard holds each waiting request of a victim, except
-   - a *drain* admission: a request r is let in when it can end by the
-     deadline (step + its outputs left <= deadline, each output taking a
-     step) and every waiting request of its adapter ahead of it in the
-     queue can too (so FIFO within the adapter holds);
-   - a *cohort* member: when an r* is admitted at step t, the requests of
-     its adapter waiting at t form a cohort, never held before step t + 2S.
-   The other adapters keep flowing.
+   waiting requests (its *backlog*), then the one whose longest-running
+   request has the fewest outputs left, then the smallest id. It sets the
+   victim's *deadline*: this step plus those outputs left (the step by which
+   its slot frees if nothing joins it). Until r* is admitted, a waiting
+   request r of a victim is let in only when r and every waiting request of
+   its adapter ahead of it in the queue (outside a cohort) are *admissible*
+   (so FIFO within the adapter holds), where r is admissible when
+   - it can end by the deadline (step + its outputs left <= deadline, each
+     output taking a step): a *drain* admission, free for r*; or
+   - holding it would cost more than r* has waited: r*'s age is less than
+     S/2 steps per output r has left (2 * age < S * outputs left): a
+     *priced* admission;
+   and a *cohort* member is never held: when an r* is admitted at step t,
+   the requests of its adapter waiting at t form a cohort, exempt until
+   step t + 2S. Each request of a victim admitted while r* waits (priced,
+   drain or cohort) moves the deadline, from the next step on, to the step
+   it can end by, if later: its slot is taken until then anyway. The other
+   adapters keep flowing.
 
 Why "the oldest of any kind". The first design let only LoRA requests of an
 inactive adapter be r*; a base-model request, which can never be one, was
@@ -48,8 +55,8 @@ with the stream: `tests/test_fair_growth.py`). With r* the oldest starving
 request of any kind, a later arrival can become r* only after every older
 starving request has been admitted.
 
-Why one victim, and why drain and cohort admissions (v4; issue 11's
-frontier). Holding every other adapter cascades (0.27 of `vllm`'s
+Why one victim, and why drain, cohort and priced admissions (v4, v5; issue
+11's frontier). Holding every other adapter cascades (0.27 of `vllm`'s
 throughput on the seed workload in the first version); draining one adapter
 is all it takes to free a slot. v3 held every waiting request of the victim
 (the adapter holding its slot longest) while it drained, so the seats stood
@@ -58,9 +65,16 @@ at the end (0.64 of vllm on a searched family); right after r* got in, the
 next r* made r*'s own adapter the victim, so each switch of a slot served
 one request (0.37 of vllm on another). A drain admission ends no later than
 the slot frees anyway, a cohort is the queue the switch was made for, and a
-victim without a backlog costs nothing to drain. A hill climb over
-workloads finds the worst ratio to vllm per rule: `lora-sched bench
---adversarial` (docs/frontier.md).
+victim without a backlog costs nothing to drain. v4 stopped there and still
+ran at 0.66 of vllm on searched families: a held request that cannot end by
+the deadline runs after r*, often alone, so holding a request with n outputs
+left can cost up to n steps of the whole run to gain r* a few. v5 prices
+that: it holds r only once r* has waited S/2 steps per output of r, so a
+hold costs at most 2/S of the wait it ends (at the default S = 16, each
+held request costs at most 1/8 of r*'s age), and lets the deadline follow
+the requests a victim admits, so nothing is held that could end before the
+slot frees. A hill climb over workloads finds the worst ratio to vllm per
+rule: `lora-sched bench --adversarial` (docs/frontier.md).
 
 Bound. Let P be the largest prompt, L the largest `max_tokens`,
 W = P + L - 1 (the tokens one request computes in one stay in `running`),
@@ -77,16 +91,19 @@ budget-starved, which spends T tokens of the at most N * W that it and the
 requests ahead of it still need, or gets all it asks for: a prefill chunk
 (deferred on at most k - 1 throttled steps in a row) or a decode; async
 scheduling adds the sure-to-finish step and the output that lands one step
-late. A guard ends within G = 3D + 3 + max(L, 2S) steps of r* being chosen
-at step t0:
+late. A guard ends within G = 3D + 3 + L + max(2S, ceil(S L / 2)) steps of r*
+being chosen at step t0:
 - until r* is first visited nobody is admitted, so within D + 1 steps
   `running` empties or the scan reaches r*;
 - if the cap blocks r* then (step t1 <= t0 + D + 1), the victim gains
-  requests only by drain admissions, at steps before its deadline
-  (<= t1 + L), and by cohort admissions, whose cohorts formed before t0
-  (a cohort forms only when an r* is admitted) and expire by t0 + 2S; so
-  its last request joins before t1 + max(L, 2S) and leaves `running` within
-  D steps of that. No adapter can take its slot before r* (r* is visited
+  requests by cohort admissions, whose cohorts formed before t0 (a cohort
+  forms only when an r* is admitted) and expire by t0 + 2S; by priced
+  admissions, only while r*'s age is below S L / 2, that is before
+  t0 + ceil(S L / 2) (r* was at least S old at t0); and by drain admissions,
+  before the deadline, which is set <= t1 + L and moved only by the other
+  two kinds, each to at most L steps after it. So its last request joins
+  before t1 + L + max(2S, ceil(S L / 2)) and leaves `running` within D
+  steps of that. No adapter can take its slot before r* (r* is visited
   first and the slots are full until then);
 - after that a capacity stop at r* admits nobody, so within D + 1 steps
   `running` is empty (no decode left: the throttle is off) and r* gets in.
@@ -98,7 +115,7 @@ and each is r* at most once (a preempted request rejoins `waiting`
 younger). Hence, r included, at most Qw guards end before r is in, and every
 request is first admitted within
 
-    B = S + Qw * (3D + 3 + max(L, 2S))
+    B = S + Qw * (3D + 3 + L + max(2S, ceil(S L / 2)))
 
 steps of arriving, under these assumptions: every request has the same
 priority (FCFS, or the priority queue with one priority: with mixed
@@ -154,11 +171,13 @@ class FairGuard:
     priority_queue: bool = False
     star: str | None = None  # r*, kept from step to step until admitted
     star_adapter: int = 0
+    star_since: int = 0  # step r* joined `waiting` (its age is step - star_since)
     victims: set[int] = field(default_factory=set)  # adapters held for r*
     deadline: dict[int, int] = field(default_factory=dict)  # victim -> step its slot frees if nothing joins
     cohort: dict[str, int] = field(default_factory=dict)  # request -> first step it may be held again
     step: int = 0
     _queue: list[Waiting] = field(default_factory=list)  # this scan's waiting queue, in order
+    scan_deadline: dict[int, int] = field(default_factory=dict)  # the deadlines this scan judges by
 
     def _age_key(self, w: Waiting) -> tuple[int, int, int]:
         return (w.priority if self.priority_queue else 0, w.waiting_since, w.seq)
@@ -176,7 +195,11 @@ class FairGuard:
             if ready:
                 star = min(ready, key=self._age_key)
                 self.star, self.star_adapter = star.id, star.adapter
-        if self.star is not None and by_id[self.star].stale:
+        if self.star is None:
+            return None
+        self.star_since = by_id[self.star].waiting_since
+        self.scan_deadline = dict(self.deadline)  # admissions of this scan move `deadline` for the next one
+        if by_id[self.star].stale:
             return None  # cannot be admitted this step; stays r*
         return self.star
 
@@ -184,13 +207,19 @@ class FairGuard:
         """May `w` become r*? It has waited S steps and can be admitted now."""
         return step - w.waiting_since >= self.starvation_steps and not w.stale
 
-    def _fits(self, w: Waiting) -> bool:
-        """Can `w` (of a victim) end by its victim's deadline, one output per step?"""
-        return w.adapter in self.deadline and self.step + w.left <= self.deadline[w.adapter]
+    def _admissible(self, w: Waiting) -> bool:
+        """May `w` (of a victim) be let in? It can end by its victim's deadline,
+        one output per step (drain), or r* has waited less than S/2 steps per
+        output `w` has left (priced: holding `w` would cost more than r*'s wait)."""
+        if w.adapter not in self.scan_deadline:
+            return False
+        return (self.step + w.left <= self.scan_deadline[w.adapter]
+                or 2 * (self.step - self.star_since) < self.starvation_steps * w.left)
 
     def backlog(self, adapter: int) -> int:
-        """Waiting requests of `adapter` the guard would hold were it the victim now."""
-        return sum(1 for w in self._queue if w.adapter == adapter and w.id != self.star and w.id not in self.cohort)
+        """Waiting requests of `adapter` other than r* (cohort members too: they
+        join its slot all the same)."""
+        return sum(1 for w in self._queue if w.adapter == adapter and w.id != self.star)
 
     def visit_star(self, left: dict[int, int]) -> None:
         """The scan reached r*; `left` maps each adapter holding a slot to the
@@ -200,32 +229,38 @@ class FairGuard:
         if cap_blocks(active, self.star_adapter, self.max_loras) and not (self.victims & active):
             victim = min(active, key=lambda a: (self.backlog(a), left[a], a))
             self.victims.add(victim)
-            self.deadline[victim] = self.step + left[victim]
+            self.deadline[victim] = self.scan_deadline[victim] = self.step + left[victim]
 
     def holds(self, rid: str, adapter: int) -> bool:
         """Is `rid` held for r* (rule 4)? A victim's request is held unless it is
         in a cohort, or it and every waiting request of its adapter ahead of it
-        outside a cohort can end by the victim's deadline."""
+        outside a cohort are admissible."""
         if self.star is None or rid == self.star or adapter not in self.victims or rid in self.cohort:
             return False
         for w in self._queue:
             if w.adapter != adapter or w.id == self.star or w.id in self.cohort:
                 continue
-            if not self._fits(w):
-                return True  # `rid`, or a request of its adapter ahead of it, cannot end in time
+            if not self._admissible(w):
+                return True  # `rid`, or a request of its adapter ahead of it, is held
             if w.id == rid:
                 return False
         return False  # not in this scan's queue: not the guard's to hold
 
     def admitted(self, rid: str) -> None:
-        """`rid` got in; when it is r*, its adapter's waiting requests form a cohort."""
+        """`rid` got in. When it is r*, its adapter's waiting requests form a
+        cohort; when it is a victim's, the victim's deadline moves, from the
+        next step on, to the step `rid` can end by, if later."""
         if rid == self.star:
             until = self.step + 2 * self.starvation_steps
             self.cohort.update({w.id: until for w in self._queue if w.adapter == self.star_adapter and w.id != rid})
             self._clear()
+            return
+        w = next((w for w in self._queue if w.id == rid), None)
+        if w is not None and w.adapter in self.deadline:
+            self.deadline[w.adapter] = max(self.deadline[w.adapter], self.step + w.left)
 
     def _clear(self) -> None:
-        self.star, self.victims, self.deadline = None, set(), {}
+        self.star, self.victims, self.deadline, self.scan_deadline = None, set(), {}, {}
 
 
 def drain_steps(config: Config, *, max_prompt: int, max_output: int, queue: int | None = None) -> int:
@@ -243,7 +278,8 @@ def fair_bound(config: Config, *, queue: int, max_prompt: int, max_output: int, 
     """B of the module docstring for a configuration and workload bounds
     (`waiting` is Qw; without it, Q stands in for it, as Qw <= Q)."""
     d = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
-    guard = 3 * d + 3 + max(max_output, 2 * config.starvation_steps)
+    s = config.starvation_steps
+    guard = 3 * d + 3 + max_output + max(2 * s, -(-s * max_output // 2))
     return config.starvation_steps + (queue if waiting is None else waiting) * guard
 
 
@@ -340,6 +376,7 @@ class FairHolds:
         self.guard = FairGuard(config.starvation_steps, config.max_loras, config.queue == "priority")
         self._order: list[str] = []
         self._base: set[int] = set()
+        self._scanned = False
 
     def begin(self, view: StepView) -> str | None:
         rec, cfg = view.rec, view.config
@@ -354,6 +391,7 @@ class FairHolds:
         if star is not None and star in rec.admitted:
             self.guard.admitted(star)
         self._order = ([star] if star is not None else []) + [r for r in rec.waiting if r != star]
+        self._scanned = True
         return star
 
     def hold(self, view: StepView, rid: str) -> str | None:
@@ -365,4 +403,8 @@ class FairHolds:
         return "fair_cap" if cap_blocks(active, view.adapter[rid], view.config.max_loras) else None
 
     def end(self, view: StepView) -> None:
-        pass
+        if self._scanned:  # the other admissions of the scan (r*'s came first, in `begin`)
+            for rid in view.rec.admitted:
+                if rid != self.guard.star:
+                    self.guard.admitted(rid)
+        self._scanned = False

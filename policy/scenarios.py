@@ -87,9 +87,13 @@ def _aborts() -> Scenario:
 def _starvation() -> Scenario:
     # Outputs long enough (32 tokens) that adapters 1 and 2 always have a
     # request running when the next one arrives, also on the live server,
-    # where one arrival tick spans several engine steps.
+    # where one arrival tick spans several engine steps. S = 1: fair holds a
+    # victim's request with n outputs left once r* has waited S * n / 2 steps
+    # (its price), so with 32-token outputs the default S = 16 would hold
+    # nothing before this 40-step stream ends (fair = vllm here); S = 1 holds
+    # from r*'s 16th step on.
     cfg, wl = starvation_stream(length=40, prompt_tokens=8, max_tokens=32)
-    cfg = Config(max_loras=2, max_num_seqs=64, max_num_batched_tokens=512, starvation_steps=8,
+    cfg = Config(max_loras=2, max_num_seqs=64, max_num_batched_tokens=512, starvation_steps=1,
                  block_size=BS)
     return Scenario("starvation", cfg, wl,
                     "max_loras 2, steady stream for adapters 1 and 2, one request for adapter 3")

@@ -425,7 +425,7 @@ def throttled(b: Bounds, wave: z3.ArithRef) -> z3.BoolRef:
 
 def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0: z3.ArithRef,
                mutant: str | None = None, ahead: Callable[[int, int], z3.BoolRef] | None = None) -> FairStart:
-    """`policy.fair.FairGuard` (rule v4) when a waiting scan starts, on the
+    """`policy.fair.FairGuard` (rule v5) when a waiting scan starts, on the
     state `m` after arrivals, the adapters `C0` of every running request,
     and the budget `B0` and seats `seats0` the running phase left.
 
@@ -438,13 +438,18 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     priorities, that is the first such slot).
     visit_star: the scan reaches r* when budget and seats remain; if the LoRA
     cap over `C0` blocks r* and no current victim is in `C0`, the adapter of
-    `C0` with the smallest (backlog, outputs left of its longest-running
-    request, id) becomes a victim, with deadline `step + outputs left`.
+    `C0` with the smallest (backlog: its waiting requests other than r*,
+    cohort members included; outputs left of its longest-running request;
+    id) becomes a victim, with deadline `step + outputs left`.
     holds: a waiting request of a victim other than r*, outside the cohort,
     is held unless it and every waiting request of its adapter ahead of it
     (`ahead`: queue order, by default `queue_before`; slot order in the fast
-    path) outside the cohort can end by the deadline
-    (`step + max_tokens - generated <= deadline`).
+    path) outside the cohort are admissible: they can end by the deadline
+    (`step + max_tokens - generated <= deadline`, a drain admission) or r*
+    has waited less than S/2 steps per output they have left
+    (`2 (step - waiting_since(r*)) < S (max_tokens - generated)`, a priced
+    admission). The deadlines judged are those when the scan starts; the
+    step's admissions move them afterwards (`FairStart.moved`).
 
     Shared, like `FairGuard`, by the encoded scan and by the declared holds
     of `no_hol_blocking` (as `FairHolds` replays `FairGuard` on a trace).
@@ -495,8 +500,7 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
             here = z3.And(m.R[i], p.is_a[i][a])
             best = z3.If(z3.And(here, left[i] > best), left[i], best)
         slot_left.append(best)
-    backlog = [_count([z3.And(m.W[i], p.is_a[i][a], z3.Not(r_star[i]), z3.Not(co[i])) for i in rng])
-               for a in range(A)]
+    backlog = [_count([z3.And(m.W[i], p.is_a[i][a], z3.Not(r_star[i])) for i in rng]) for a in range(A)]
 
     def before(a: int, c: int) -> z3.BoolRef:  # victim key (backlog, slot_left, id) of a < that of c
         return z3.Or(backlog[a] < backlog[c],
@@ -507,7 +511,13 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     V2 = [z3.Or(V1[a], pick[a]) for a in range(A)]
     DL2 = [z3.If(pick[a], t + slot_left[a], DL1[a]) for a in range(A)]
     dl_of = [z3.Sum([z3.If(p.is_a[i][a], DL2[a], 0) for a in range(A)]) for i in rng]  # deadline of i's adapter
-    fits = [z3.And(dl_of[i] > 0, t + left[i] <= dl_of[i]) for i in rng]
+    age = t - z3.Sum([z3.If(r_star[j], m.arrival[j], 0) for j in rng])  # r*'s (state arrival = waiting_since)
+    # S * left as a sum over left's few values (left <= max_output): linear in the symbolic S
+    price = [z3.Sum([z3.If(left[i] == v, v * p.S, 0) for v in range(1, b.max_output + 1)]) for i in rng]
+    priced = [2 * age < price[i] for i in rng]
+    if mutant == "price_ageless":  # priced whatever r*'s age
+        priced = [z3.BoolVal(True) for _ in rng]
+    fits = [z3.And(dl_of[i] > 0, z3.Or(t + left[i] <= dl_of[i], priced[i])) for i in rng]
     late = [z3.And(m.W[i], z3.Not(r_star[i]), z3.Not(co[i]), z3.Not(fits[i])) for i in rng]
     held = [z3.And(has_star, z3.Not(r_star[i]), _in(p, i, V2), z3.Not(co[i]),
                    z3.Or(late[i], *[z3.And(late[j], p.adapter[j] == p.adapter[i], ahead(j, i))
@@ -712,9 +722,9 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
     def throttle_stop(i: int) -> z3.BoolRef:  # a waiting request needing more than 1 token
         return z3.And(defer, need[i] > 1)
 
-    # --- fair (`policy.fair.FairGuard`, v4): the cap counts every running
+    # --- fair (`policy.fair.FairGuard`, v5): the cap counts every running
     # request's adapter; r* is sticky, visited first; a victim adapter's
-    # requests are held while r* is cap-blocked, but drain and cohort ones.
+    # requests are held while r* is cap-blocked, but drain, priced and cohort ones.
     r_star = [z3.BoolVal(False) for _ in rng]
     held_on: z3.BoolRef = z3.BoolVal(False)
     V2 = [z3.BoolVal(False) for _ in range(A)]
@@ -882,7 +892,14 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
                                         z3.If(joins, t + 2 * p.S, z3.If(g.cohort[i], m.CO[i], 0))))
         for a in range(A):
             cs.append(s2.V[a] == z3.If(frozen, m.V[a], z3.And(V2[a], z3.Not(ok0))))
-            cs.append(s2.DL[a] == z3.If(frozen, m.DL[a], z3.If(ok0, 0, g.deadline[a])))
+            # FairGuard.admitted: each admitted request of a victim moves its deadline
+            # to the step it can end by, if later (judged from the next scan on).
+            moved = g.deadline[a]
+            for i in rng:
+                end = t + p.max_tokens[i] - m.generated[i]
+                moved = z3.If(z3.And(adm[i], z3.Not(r_star[i]), p.is_a[i][a], g.deadline[a] > 0, end > moved),
+                              end, moved)
+            cs.append(s2.DL[a] == z3.If(frozen, m.DL[a], z3.If(ok0, 0, moved)))
     else:
         cs += [s2.Z[i] == m.Z[i] for i in rng] + [s2.CO[i] == m.CO[i] for i in rng]
         cs += [s2.V[a] == m.V[a] for a in range(A)] + [s2.DL[a] == m.DL[a] for a in range(A)]

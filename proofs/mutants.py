@@ -74,6 +74,8 @@ CATALOGUE: tuple[Mutant, ...] = (
            "fair", "running_lora_cap", SMALL, 3),
     Mutant("guard_off", "fair's guard never fires (no victim, no hold)",
            "fair", "bounded_wait", WAIT, 10, WAIT_WORST),
+    Mutant("price_ageless", "fair's priced admission ignores r*'s age (a victim's request is always let in)",
+           "fair", "bounded_wait", WAIT, 10, WAIT_WORST),
     Mutant("star_youngest", "fair's r* is the youngest starving request instead of the oldest",
            "fair", "no_hol_blocking", replace(SMALL, max_loras=(1, 1)), 4),
     Mutant("throttle_ignored", "the DP throttle defers nothing",

@@ -20,3 +20,16 @@ class LoraOnlyStarGuard(FairGuard):
 
 class LoraOnlyStarGate(FairGate):
     guard_class = LoraOnlyStarGuard
+
+
+class UnpricedGuard(FairGuard):
+    """fair v5 without the age in its price: a victim's request is let in
+    whatever r*'s age, so a victim that keeps receiving requests never drains
+    and r* waits as long as its stream lasts (as under `vllm`)."""
+
+    def _admissible(self, w: Waiting) -> bool:
+        return w.adapter in self.scan_deadline
+
+
+class UnpricedGate(FairGate):
+    guard_class = UnpricedGuard

@@ -112,7 +112,8 @@ def test_fair_under_vllm_defaults_async_kv_throttle(tmp_path):
 
 
 class _ExemptionCounter:
-    """fair's gate, counting the victims' requests it lets in while r* waits."""
+    """fair's gate, counting the victims' requests it lets in while r* waits,
+    by kind, and the admissions that move a victim's deadline."""
 
     def __new__(cls):
         from lora_sched.policy.fair import FairGate
@@ -120,21 +121,27 @@ class _ExemptionCounter:
         class Counting(FairGate):
             def __init__(self) -> None:
                 super().__init__()
-                self.counts = {"cohort": 0, "drain": 0}
+                self.counts = {"cohort": 0, "drain": 0, "priced": 0, "moved": 0}
 
             def admitted(self, ctx, rid):
                 g = self._guard(ctx)
-                if g.star is not None and rid != g.star and ctx.state.adapter(rid) in g.victims:
-                    self.counts["cohort" if rid in g.cohort else "drain"] += 1
+                a = ctx.state.adapter(rid)
+                if g.star is not None and rid != g.star and a in g.victims:
+                    ends = ctx.step + ctx.state.reqs[rid].req.max_tokens - ctx.state.reqs[rid].generated
+                    kind = "cohort" if rid in g.cohort else "drain" if ends <= g.scan_deadline[a] else "priced"
+                    self.counts[kind] += 1
+                    self.counts["moved"] += ends > g.deadline[a]
                 super().admitted(ctx, rid)
 
         return Counting()
 
 
-# Searched families on which fair v4's exemptions from the guard's hold occur;
-# vLLM accepts both (budget >= seats). The second is also one on which a
-# deadline 20 outputs too late changes what fair admits.
-EXEMPTION_FAMILIES = ("adv-fair_drain-throughput.json", "adv-fair_cohort-throughput.json")
+# Searched families on which fair's exemptions from the guard's hold occur
+# (drain, priced and cohort admissions, moved deadlines) in sync and async
+# runs; vLLM accepts both (budget >= seats).
+EXEMPTION_FAMILIES = ("adv-drainer-wait.json", "adv-vtc-wait.json")
+# A family on which a planted guard diverges from the reference (async).
+PLANTED_FAMILY = "adv-fair_cohort-throughput-deep.json"
 
 
 def _family(name: str, async_scheduling: bool):
@@ -146,48 +153,69 @@ def _family(name: str, async_scheduling: bool):
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
-def test_fair_drain_and_cohort_admissions_inside_vllm(tmp_path, async_scheduling):
-    """fair v4's exemptions from the guard's hold (a victim's requests that end
-    by its deadline; the cohort of the last r*) decide the same inside vLLM as
-    in the reference, on searched families where both occur: zero divergences
-    and every claim, no_hol_blocking included (its declared holds replay the
-    guard from the trace alone)."""
+def test_fair_exemptions_inside_vllm(tmp_path, async_scheduling):
+    """fair's exemptions from the guard's hold (a victim's requests that end
+    by its deadline, or whose hold would cost more than r* has waited; the
+    cohort of the last r*) and the deadlines its admissions move decide the
+    same inside vLLM as in the reference, on searched families where all
+    occur: zero divergences and every claim, no_hol_blocking included (its
+    declared holds replay the guard from the trace alone)."""
     from lora_sched.policy.driver import run
 
-    counts = {"cohort": 0, "drain": 0}
+    counts = {"cohort": 0, "drain": 0, "priced": 0, "moved": 0}
     for name in EXEMPTION_FAMILIES:
         cfg, wl = _family(name, async_scheduling)
         gate = _ExemptionCounter()
         run(cfg, wl, gate=gate)
         counts = {k: counts[k] + gate.counts[k] for k in counts}
         _check(cfg, wl, tmp_path, "fair")
-    assert counts["cohort"] > 0 and counts["drain"] > 0, counts
+    assert all(counts.values()), counts
 
 
-def test_planted_late_deadline_in_vllm_is_caught(tmp_path):
-    """The check above can fail: `FairScheduler` whose guard sets each victim's
-    deadline 20 outputs late (so it lets in requests the reference holds)
-    diverges from the reference on the second family."""
+def _late_deadline(guard_class):
+    class Late(guard_class):
+        """each victim's deadline 20 outputs late: lets in requests the reference holds"""
+
+        def visit_star(self, left: dict[int, int]) -> None:
+            super().visit_star({a: n + 20 for a, n in left.items()})
+
+    return Late
+
+
+def _deadline_never_moves(guard_class):
+    class Fixed(guard_class):
+        """a victim's admissions never move its deadline: holds requests the reference lets in"""
+
+        def admitted(self, rid: str) -> None:
+            if rid == self.star:
+                super().admitted(rid)
+
+    return Fixed
+
+
+@pytest.mark.parametrize("plant", [_late_deadline, _deadline_never_moves])
+def test_planted_guard_in_vllm_is_caught(tmp_path, plant):
+    """The check above can fail: `AsyncFairScheduler` with a planted guard
+    (a deadline 20 outputs late; a deadline that admissions never move)
+    diverges from the reference on a searched family."""
     from lora_sched.conformance.inprocess import run_workload
     from lora_sched.policy.fair import FairGuard
     from lora_sched.policy.replay import replay
     from lora_sched.spec.trace import read_trace
 
-    from lora_sched.scheduler import FairScheduler
+    from lora_sched.scheduler import AsyncFairScheduler
 
-    class LateGuard(FairGuard):
-        def visit_star(self, left: dict[int, int]) -> None:
-            super().visit_star({a: n + 20 for a, n in left.items()})
+    bug = plant(FairGuard)
 
-    class Planted(FairScheduler):
+    class Planted(AsyncFairScheduler):
         def guard(self) -> FairGuard:
             if self._guard is None:
                 g = super().guard()
-                self._guard = LateGuard(g.starvation_steps, g.max_loras, g.priority_queue)
+                self._guard = bug(g.starvation_steps, g.max_loras, g.priority_queue)
             return self._guard
 
-    cfg, wl = _family(EXEMPTION_FAMILIES[1], False)
+    cfg, wl = _family(PLANTED_FAMILY, True)
     path = tmp_path / "planted.jsonl"
     run_workload(cfg, wl, path, policy="fair", scheduler_class=Planted)
     out = replay(read_trace(str(path)), "fair")
-    assert not out.ok, "a deadline 20 outputs late inside vLLM went unnoticed"
+    assert not out.ok, f"{bug.__doc__} inside vLLM went unnoticed"

@@ -6,7 +6,8 @@ length must not exceed the worst wait at the shortest length, in every
 configuration variant the bound covers (sync, async, DP throttle, both),
 and must stay within B. The check is shown able to fail: the first design
 of fair (`tests/planted.py`) grows on the base-model family, and `vllm`
-grows on the starvation family.
+grows on the starvation family, and so does fair without the age in its
+price (`UnpricedGate`).
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ from lora_sched.policy.fair import observed_bound
 from lora_sched.policy.workloads import FAMILIES, behind_lora_stream
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
-from planted import LoraOnlyStarGate
+from planted import LoraOnlyStarGate, UnpricedGate
 
-LENGTHS = (40, 80, 160)
+# The shortest stream outlasts fair's price at S = 16 (a victim's request with
+# n outputs left is held once r* has waited 8n steps: 128 on the 16-output
+# starvation family), so a wait that still grows past it is a real growth.
+LENGTHS = (160, 320, 640)
 VARIANTS = {
     "sync": {},
     "async": {"async_scheduling": True},
@@ -79,6 +83,19 @@ def test_planted_lora_only_star_grows_and_is_caught(family):
         # An active adapter's request is not a candidate's victim here; the
         # planted rule only starves base-model requests.
         assert worst[-1] <= worst[0]
+
+
+def test_planted_unpriced_admissions_grow_and_are_caught():
+    """fair v5 lets a victim's request in while holding it would cost more
+    than r* has waited; the price grows with r*'s age, so the admissions end.
+    Without the age (`UnpricedGuard`) the victim never drains: on the
+    starvation family the adapter-3 request waits for the whole stream, so
+    the growth check above can fail on a wrong price."""
+    worst = []
+    for n in LENGTHS:
+        cfg, wl = FAMILIES["starvation"](n)
+        worst.append(_worst(run(replace(cfg, policy="fair"), wl, gate=UnpricedGate())))
+    assert worst[0] < worst[1] < worst[2] and worst[2] - worst[0] >= LENGTHS[2] - LENGTHS[0], worst
 
 
 ISSUE_8 = [("L0", 1, 1, 2, 1), ("base", 0, 1, 1, 2), ("L1", 2, 1, 2, 2), ("L2", 3, 1, 2, 4), ("L3", 4, 1, 2, 6),

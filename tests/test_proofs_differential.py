@@ -181,17 +181,19 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
         mode["queue"] = "priority"
     kind = rnd.random()
     n, adapters, last = rnd.randint(1, B.requests), (0, 3), 8
+    outputs: tuple[int, ...] | None = None
     if kind < 0.3:  # any config in the bounds
         cfg = Config(max_loras=rnd.randint(1, 2), max_num_seqs=rnd.randint(1, 3),
                      max_num_batched_tokens=rnd.randint(1, 6), starvation_steps=rnd.randint(0, 3), policy=policy,
                      **mode)
-    elif kind < 0.5:  # contended LoRA slots, seats and budget to spare: fair's guard picks victims
+    elif kind < 0.45:  # contended LoRA slots, seats and budget to spare: fair's guard picks victims
         cfg = Config(max_loras=1, max_num_seqs=rnd.randint(2, 3), max_num_batched_tokens=rnd.randint(3, 6),
                      starvation_steps=rnd.randint(0, 1), policy=policy, **mode)
-    else:  # two adapters, one slot, two seats, a crowd at once: victims with queues (drain, cohorts)
+    else:  # two adapters, one slot, two seats, a crowd at once: victims with queues (drain, priced, cohorts)
         cfg = Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=rnd.randint(3, 6),
-                     starvation_steps=rnd.randint(1, 2), policy=policy, **mode)
+                     starvation_steps=rnd.choice((1, 2, 3, 3)), policy=policy, **mode)
         n, adapters, last = B.requests, (1, 2), 4
+        outputs = None if b.kv_blocks is not None else (1, 3, 3)  # long ones: priced admissions
     kv = b.kv_blocks is not None
     if kv:  # crowded: several requests grow in a small pool at once
         cfg = replace(cfg, max_num_seqs=rnd.randint(2, 3), max_num_batched_tokens=rnd.randint(3, 6))
@@ -202,8 +204,9 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
     prios = [rnd.randint(0, b.max_priority) if b.priority else 0 for _ in range(n)]
     if b.priority and rnd.random() < 0.8:  # later arrivals more urgent: they overtake, victims not the tail
         prios.sort(reverse=True)
-    reqs = [Request(f"r{i}", rnd.randint(*adapters), rnd.randint(2 if kv else 1, 4), rnd.randint(2 if kv else 1, 3),
-                    0, prios[i]) for i in range(n)]
+    reqs = [Request(f"r{i}", rnd.randint(*adapters), rnd.randint(2 if kv else 1, 4),
+                    rnd.randint(2 if kv else 1, 3) if outputs is None else rnd.choice(outputs), 0, prios[i])
+            for i in range(n)]
     arrivals = sorted(rnd.randint(1, last) for _ in range(n))
     ids: list[str] = []
     events: list[tuple[int, str, object]] = []  # for the observer, applied when their step starts
@@ -250,13 +253,20 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
         sure_to_finish = {r for r in st.running if st.reqs[r].placeholders > 0 and st.reqs[r].computed + 1
                           >= st.reqs[r].req.prompt_tokens + st.reqs[r].req.max_tokens}
         star0, _, _, cohort0 = python_guard(sched)
+        left0 = {r: st.reqs[r].req.max_tokens - st.reqs[r].generated for r in st.waiting}
         rec = sched.step(step, skip, throttle=throttled(cfg, wave))
         wave += 1
-        star1, victims1, _, _ = python_guard(sched)
+        star1, victims1, deadline1, _ = python_guard(sched)
+        g = getattr(sched.gate, "guard", None)
+        judged = dict(g.scan_deadline) if g is not None else {}
         for rid in rec.admitted:  # fair let a victim's request in while r* still waits
             if star0 is not None and star1 == star0 and st.adapter(rid) in victims1:
-                kind = "(cohort admission)" if rid in cohort0 else "(drain admission)"
+                kind = ("(cohort admission)" if rid in cohort0
+                        else "(drain admission)" if step + left0[rid] <= judged[st.adapter(rid)]
+                        else "(priced admission)")
                 seen[kind] = seen.get(kind, 0) + 1
+        if any(d > judged.get(a, d) for a, d in deadline1.items()):  # the step's admissions moved a deadline
+            seen["(deadline moved)"] = seen.get("(deadline moved)", 0) + 1
         if "throttle" in rec.holds.values():  # the scan stopped at a deferred prefill
             seen["(throttle stop)"] = seen.get("(throttle stop)", 0) + 1
         if sure_to_finish and not sure_to_finish & set(rec.scheduled):  # async: left unscheduled
@@ -312,15 +322,16 @@ def compare(policy: str, mode: str, b: enc.Bounds, steps: int) -> dict[str, int]
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("policy", enc.POLICIES)
 def test_smt_step_equals_python_step(policy: str, mode: str) -> None:
-    seen = compare(policy, mode, MODES[mode], STEPS_PER_CASE)
+    # fair has the most mechanisms to cover (drain, priced and cohort admissions, moved deadlines)
+    seen = compare(policy, mode, MODES[mode], STEPS_PER_CASE * (2 if policy == "fair" else 1))
     # The comparison saw violated states, not only states where both say "holds".
     # (fair keeps every property here: its cap counts every running adapter.)
     expected = {"blocking": {"no_hol_blocking", "running_lora_cap"}, "vllm": {"running_lora_cap"},
                 "fair": set()}[policy]
     if mode == "async_throttle":  # the mechanisms were exercised, not only configured
         expected |= {"(throttle stop)", "(async skip)"}
-    if policy == "fair":  # so were fair's exemptions from the guard's hold
-        expected |= {"(cohort admission)", "(drain admission)"}
+    if policy == "fair":  # so were fair's exemptions from the guard's hold, and a moved deadline
+        expected |= {"(cohort admission)", "(drain admission)", "(priced admission)", "(deadline moved)"}
     assert expected <= set(seen), f"{policy}/{mode}: violations compared {seen}"
     print(f"{policy}/{mode}: violated states compared per property: {seen}")
 

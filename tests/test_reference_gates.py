@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from dataclasses import replace
 
 from hypothesis import find, given
 from hypothesis import strategies as st
@@ -38,6 +39,18 @@ def _worst(cfg, wl, policy):
     waits = run(cfg, wl, policy=policy).waits()
     rid = max(waits, key=lambda r: waits[r])
     return rid, waits[rid]
+
+
+def _lengthen(wl: Workload, factor: int) -> Workload:
+    """`adapter_streams`' workload with its stream (`s{adapter}-{step}`, one
+    request per stream adapter every period) `factor` times as long."""
+    stream = [r for r in wl.requests if r.id.startswith("s")]
+    steps = sorted({r.arrival for r in stream})
+    period = steps[1] - steps[0] if len(steps) > 1 else 1
+    first = [r for r in stream if r.arrival == steps[0]]
+    more = [replace(r, id=f"s{r.adapter}-{t}", arrival=t)
+            for t in range(steps[-1] + period, factor * steps[-1] + 1, period) for r in first]
+    return Workload(list(wl.requests) + more)
 
 
 def _starves(policy: str):
@@ -61,7 +74,13 @@ def _starves(policy: str):
     assert overtaken > 0, "later requests are admitted while the victim waits"
     fair_waits = run(cfg, wl, policy="fair").waits()
     assert max(fair_waits.values()) <= workload_bound(cfg, wl.requests)
-    assert fair_waits[victim] < wait
+    # Four times the stream: the victim's wait grows under `policy`, while fair,
+    # which holds a victim's request once r* has waited S/2 steps per output it
+    # has left (so a short stream may end first), admits it sooner.
+    longer = _lengthen(wl, 4)
+    _, wait4 = _worst(cfg, longer, policy)
+    fair4 = run(cfg, longer, policy="fair").waits()
+    assert wait4 > wait and fair4[victim] < wait4, (wait, wait4, fair4[victim])
     return cfg, wl, victim
 
 

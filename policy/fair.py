@@ -37,8 +37,9 @@ steps since it joined `waiting`. Then:
    (so FIFO within the adapter holds), where r is admissible when
    - it can end by the deadline (step + its outputs left <= deadline, each
      output taking a step): a *drain* admission, free for r*; or
-   - holding it would cost more than r* has waited: r*'s age is less than
-     S/2 steps per output r has left (2 * age < S * outputs left): a
+   - r*'s age is less than S/2 steps per output r has left
+     (2 * age < S * outputs left), so holding r, which may run alone later
+     for up to its outputs left, would cost more than 2/S of r*'s wait: a
      *priced* admission;
    and a *cohort* member is never held: when an r* is admitted at step t,
    the requests of its adapter waiting at t form a cohort, exempt until
@@ -210,7 +211,8 @@ class FairGuard:
     def _admissible(self, w: Waiting) -> bool:
         """May `w` (of a victim) be let in? It can end by its victim's deadline,
         one output per step (drain), or r* has waited less than S/2 steps per
-        output `w` has left (priced: holding `w` would cost more than r*'s wait)."""
+        output `w` has left (priced: holding `w` would cost more than 2/S of
+        r*'s wait)."""
         if w.adapter not in self.scan_deadline:
             return False
         return (self.step + w.left <= self.scan_deadline[w.adapter]

@@ -32,7 +32,7 @@ B = enc.Bounds(requests=7, adapters=3, max_prompt=4, max_output=3, max_loras=(1,
                max_num_batched_tokens=(1, 6), starvation_steps=(0, 3), skip=True)
 # vLLM's GPU default (async scheduling) with DP prefill throttling every other step.
 MODES = {"sync": B, "async_throttle": replace(B, async_scheduling=True, prefill_interval=2)}
-STEPS_PER_CASE = 500  # 3000 random states in all (issue #3: "thousands")
+STEPS_PER_CASE = 500  # 4000 random states in all, fair's cases twice as long (issue #3: "thousands")
 # The general mode: a finite KV pool (blocks of 2 tokens) with preemption, the
 # priority queue, and both with async scheduling and the DP throttle.
 KV = replace(B, kv_blocks=(1, 8), block_size=2)

@@ -86,8 +86,8 @@ def test_planted_lora_only_star_grows_and_is_caught(family):
 
 
 def test_planted_unpriced_admissions_grow_and_are_caught():
-    """fair v5 lets a victim's request in while holding it would cost more
-    than r* has waited; the price grows with r*'s age, so the admissions end.
+    """fair v5 lets a victim's request in while r* has waited less than S/2
+    steps per output it has left; r* ages, so these admissions end.
     Without the age (`UnpricedGuard`) the victim never drains: on the
     starvation family the adapter-3 request waits for the whole stream, so
     the growth check above can fail on a wrong price."""

@@ -134,3 +134,24 @@ def test_adversarial_cli_narrows_the_search(tmp_path):
     assert [p.name for p in tmp_path.glob("adv-*.json")] == ["adv-vtc-wait-t.json"]
     assert cli_main(["bench", "--adversarial", "--search-policies", "nope", "--families-dir", str(tmp_path),
                      "--out", str(out)]) == 2
+
+
+def test_reevaluate_measures_a_kept_family_again(tmp_path):
+    """`bench --adversarial --reevaluate` rewrites a kept family's figures from
+    a fresh run (here: figures planted wrong are put right) and refuses a
+    family that a search owns (no `found_against`)."""
+    from lora_sched.bench.adversarial import reevaluate
+
+    kept = json.loads((FAMILY_DIR / "adv-fairv4-throughput-deep.json").read_text())
+    kept["found_by"].update(ratio_steps=0.1, wait=1, bound=1)
+    path = tmp_path / "adv-kept.json"
+    path.write_text(json.dumps(kept))
+    row = reevaluate(path)
+    _, cfg, reqs, raw = load(path)
+    ev = evaluate(Instance(cfg, tuple(reqs)), "fair")
+    assert (raw["found_by"]["ratio_steps"], raw["found_by"]["wait"], raw["found_by"]["bound"]) == \
+        (ev.ratio, ev.wait, ev.bound) == (row["ratio_steps"], row["wait"], row["bound"])
+    owned = tmp_path / "adv-owned.json"
+    owned.write_text((FAMILY_DIR / "adv-fair-throughput-deep.json").read_text())
+    with pytest.raises(ValueError, match="found_against"):
+        reevaluate(owned)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from lora_sched.bench.adversarial import LIMITS, Instance, _clip, evaluate, mutate, vllm_runs
 from lora_sched.bench.families import FAMILY_DIR, load, save, to_json
+from lora_sched.bench.frontier import DEFAULT_KNOB
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
 
@@ -106,7 +107,7 @@ def family_starts() -> list[tuple[str, Instance]]:
     out = []
     for p in sorted(FAMILY_DIR.glob("adv-*.json")):
         _, cfg, reqs, _ = load(p)
-        cfg = vllm_runs(replace(cfg, policy="vllm", starvation_steps=16))
+        cfg = vllm_runs(replace(cfg, policy="vllm", starvation_steps=DEFAULT_KNOB))
         if cfg.max_num_batched_tokens > 256 or len(reqs) > 48:
             continue
         out.append((p.stem, Instance(cfg, renumber(reqs))))
@@ -114,14 +115,21 @@ def family_starts() -> list[tuple[str, Instance]]:
 
 
 def in_space(inst: Instance) -> bool:
-    c = inst.config
-    return (1 <= c.max_loras <= 4 and 1 <= c.max_num_seqs <= 32 and 4 <= c.max_num_batched_tokens <= 256
-            and c.max_num_batched_tokens >= c.max_num_seqs and c.chunked_prefill and c.kv_blocks is None
-            and not c.async_scheduling and c.queue == "fcfs" and c.prefill_schedule_interval == 1
-            and c.long_prefill_token_threshold == 0 and c.starvation_steps == 16
-            and 2 <= len(inst.requests) <= 48
-            and all(0 <= r.adapter <= 6 and 1 <= r.prompt_tokens <= 32 and 1 <= r.max_tokens <= 32
-                    and 1 <= r.arrival <= 40 and r.priority == 0 for r in inst.requests))
+    """Within `bench.adversarial`'s search space (LIMITS, the configs vLLM
+    accepts, the assumptions of fair's bound) at the default knob."""
+    c, reqs = inst.config, inst.requests
+
+    def within(name: str, v: int) -> bool:
+        lo, hi = LIMITS[name]
+        return lo <= v <= hi
+
+    return (all(within(f, getattr(c, f)) for f in ("max_loras", "max_num_seqs", "max_num_batched_tokens"))
+            and vllm_runs(c) == c and c.chunked_prefill and c.kv_blocks is None and not c.async_scheduling
+            and c.queue == "fcfs" and c.prefill_schedule_interval == 1 and c.long_prefill_token_threshold == 0
+            and c.starvation_steps == DEFAULT_KNOB and within("n", len(reqs))
+            and all(within("adapters", r.adapter) and within("prompt", r.prompt_tokens)
+                    and within("output", r.max_tokens) and within("arrival", r.arrival) and r.priority == 0
+                    for r in reqs))
 
 
 def anneal(start: Instance, rng: random.Random, iters: int, objective: str,
@@ -151,11 +159,6 @@ def main() -> None:
     ap.add_argument("--out", default=".", help="directory for the best family found")
     ap.add_argument("--temp", type=float, default=0.03)
     ap.add_argument("--only", default=None, help="comma-separated start names (constructions or families)")
-    ap.add_argument("--legacy", action="store_true",
-                    help="the first run's order: one generator shared by the constructions, the shuffle "
-                         "and every start "
-                         "(how --seed 1 found 0.702 at start adv-fairv4-bound)")
-    ap.add_argument("--stop-after", default=None, help="stop once this start is annealed")
     ap.add_argument("--start", default=None, help="anneal from this family file (repeatedly, --restarts times)")
     args = ap.parse_args()
     rng = random.Random(f"attack5-{args.seed}-{args.objective}")
@@ -164,8 +167,7 @@ def main() -> None:
         starts = [(Path(args.start).stem, Instance(cfg, renumber(reqs)))] * max(1, args.restarts)
         args.restarts = 0
     else:
-        starts = constructions(rng if args.legacy else random.Random(f"attack5-constructions-{args.seed}")) \
-            + family_starts()
+        starts = constructions(random.Random(f"attack5-constructions-{args.seed}")) + family_starts()
         rng.shuffle(starts)
         if args.only:
             keep = args.only.split(",")
@@ -179,7 +181,7 @@ def main() -> None:
         if args.start and chain is not None:
             s = chain  # iterated annealing: each round starts from the best so far
         # each start anneals under its own generator, so one start (--only) reproduces alone
-        srng = rng if args.start or args.legacy else random.Random(f"attack5-{args.seed}-{args.objective}-{name}")
+        srng = rng if args.start else random.Random(f"attack5-{args.seed}-{args.objective}-{name}")
         inst, sc, ev = anneal(s, srng, args.iters, args.objective, args.temp)
         if best is None or sc < best[1]:
             chain = inst
@@ -196,8 +198,6 @@ def main() -> None:
                     f"worst wait {ev.wait} (vllm {ev.vllm_wait}), B {ev.bound}")
             save(Path(args.out) / f"{fname}-s{args.seed}.json",
                  to_json(fname, inst.config, list(inst.requests), description=desc, found_by=found_by))
-        if args.stop_after == name:
-            break
     print("BEST", best[3], best[1], json.dumps({"ratio": best[2].ratio, "wait": best[2].wait, "bound": best[2].bound}))
 
 

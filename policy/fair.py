@@ -70,12 +70,15 @@ victim without a backlog costs nothing to drain. v4 stopped there and still
 ran at 0.66 of vllm on searched families: a held request that cannot end by
 the deadline runs after r*, often alone, so holding a request with n outputs
 left can cost up to n steps of the whole run to gain r* a few. v5 prices
-that: it holds r only once r* has waited S/2 steps per output of r, so a
-hold costs at most 2/S of the wait it ends (at the default S = 16, each
-held request costs at most 1/8 of r*'s age), and lets the deadline follow
-the requests a victim admits, so nothing is held that could end before the
-slot frees. A hill climb over workloads finds the worst ratio to vllm per
-rule: `lora-sched bench --adversarial` (docs/frontier.md).
+that: it holds r only once r* has waited S/2 steps per output of r, so
+r's own outputs, run late, cost at most 2/S of the wait the hold ends (1/8
+at the default S = 16), and lets the deadline follow the requests a victim
+admits, so nothing is held that could end before the slot frees. The switch
+the holds buy is not priced: a long request of the victim that arrives just
+after it loses its slot can still run late and alone (0.627 of vllm on a
+searched family; docs/frontier.md, "the punished switch"). A hill climb
+over workloads finds the worst ratio to vllm per rule: `lora-sched bench
+--adversarial`; `python -m lora_sched.bench.anneal` is a second search.
 
 Bound. Let P be the largest prompt, L the largest `max_tokens`,
 W = P + L - 1 (the tokens one request computes in one stay in `running`),
@@ -178,6 +181,7 @@ class FairGuard:
     cohort: dict[str, int] = field(default_factory=dict)  # request -> first step it may be held again
     step: int = 0
     _queue: list[Waiting] = field(default_factory=list)  # this scan's waiting queue, in order
+    _by_id: dict[str, Waiting] = field(default_factory=dict)  # the same, by request id
     scan_deadline: dict[int, int] = field(default_factory=dict)  # the deadlines this scan judges by
 
     def _age_key(self, w: Waiting) -> tuple[int, int, int]:
@@ -187,7 +191,7 @@ class FairGuard:
         """Find r* when a waiting scan starts (sticky until admitted); returns it or None.
         `waiting` is the queue in its order."""
         self.step, self._queue = step, list(waiting)
-        by_id = {w.id: w for w in waiting}
+        self._by_id = by_id = {w.id: w for w in waiting}
         self.cohort = {r: until for r, until in self.cohort.items() if r in by_id and until > step}
         if self.star is not None and self.star not in by_id:
             self._clear()  # aborted (or admitted behind the guard's back)
@@ -257,7 +261,7 @@ class FairGuard:
             self.cohort.update({w.id: until for w in self._queue if w.adapter == self.star_adapter and w.id != rid})
             self._clear()
             return
-        w = next((w for w in self._queue if w.id == rid), None)
+        w = self._by_id.get(rid)
         if w is not None and w.adapter in self.deadline:
             self.deadline[w.adapter] = max(self.deadline[w.adapter], self.step + w.left)
 

@@ -1444,7 +1444,8 @@ def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int =
     outputs 1..`max_output` tokens. `model` replaces the model matching
     `policy` (to show that a wrong model is caught); `crowd` draws one slot,
     two seats, two adapters, S 1..2, arrivals at steps 1-2 and outputs 1 or
-    3, where fair's victims have queues (drain and cohort admissions). A
+    3, where fair's victims have queues (drain admissions; cohort ones on some
+    seeds). A
     failure means the model excludes a real behaviour (the
     over-approximation would be unsound) or the invariant is false on a
     reachable state."""

@@ -155,3 +155,20 @@ def test_reevaluate_measures_a_kept_family_again(tmp_path):
     owned.write_text((FAMILY_DIR / "adv-fair-throughput-deep.json").read_text())
     with pytest.raises(ValueError, match="found_against"):
         reevaluate(owned)
+
+
+def test_annealing_stays_in_the_space_and_keeps_its_best():
+    """`bench.anneal` (the adversary's search) returns a workload inside the
+    search space whose ratio is no worse than its start's; `in_space` rejects
+    a config vLLM refuses and an off-default knob (so a move that leaves the
+    space cannot be kept)."""
+    from lora_sched.bench.anneal import anneal, in_space
+
+    _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fair-throughput-mechanism.json")
+    start = Instance(cfg, tuple(reqs))
+    assert in_space(start)
+    assert not in_space(Instance(replace(cfg, max_num_batched_tokens=cfg.max_num_seqs - 1), start.requests))
+    assert not in_space(Instance(replace(cfg, starvation_steps=8), start.requests))
+    best, score, ev = anneal(start, random.Random(0), 60, "throughput")
+    assert in_space(best) and score == ev.ratio <= evaluate(start, "fair").ratio
+    assert evaluate(best, "fair") == ev

@@ -138,7 +138,7 @@ CROSS = [
     ("fair", dict(skip=True, async_scheduling=True, kv_blocks=3, seed=1)),
     ("fair", dict(skip=True, queue="priority", kv_blocks=4, seed=1)),
     ("fair", dict(skip=True, max_prompt=8, seed=4)),  # long prompts: the DP throttle stops scans
-    ("fair", dict(crowd=True, seed=3)),  # victims with queues: drain and cohort admissions
+    ("fair", dict(crowd=True, seed=3)),  # victims with queues: drain admissions
     # the field's gates, on seeds whose runs hit each gate's own rule (drains, tolerance holds,
     # inactive adapters, vtc's stop): with async scheduling and skips, and the drainer (whose
     # model adds the most) synchronous too

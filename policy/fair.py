@@ -1,6 +1,6 @@
 """`fair`: vLLM's skip rule with a crash-proof cap and an aging guard (this project's policy).
 
-Rule (v5). Two changes to `vllm`:
+Rule (v6). Two changes to `vllm`:
 
 *Cap.* The LoRA cap (`spec.cap.cap_blocks`) is counted over the adapters of
 every request in `running`, scheduled this step or not, plus those admitted
@@ -35,6 +35,16 @@ steps since it joined `waiting`. Then:
    request r of a victim is let in only when r and every waiting request of
    its adapter ahead of it in the queue (outside a cohort) are *admissible*
    (so FIFO within the adapter holds), where r is admissible when
+   - it joined `waiting` before r* had waited S steps (step it joined <
+     r*'s + S): a *gated* admission; the switch is made for what arrives
+     after r* starved, and what was already waiting goes first, as under
+     `vllm` (a finite set, all waiting when r* was chosen); or
+   - r*'s age is less than 3S/16 steps per output left of the longest
+     request present, holding a LoRA slot or waiting (3 per output at the
+     default S = 16; `SWITCH_PRICE`): the *switch price*, since a switch can
+     make a request of the evicted adapter wait for a slot about that long
+     (the slots' holders and r*'s adapter's queue, which takes the freed
+     slot, are among those requests) and then run alone; or
    - it can end by the deadline (step + its outputs left <= deadline, each
      output taking a step): a *drain* admission, free for r*; or
    - r*'s age is less than S/2 steps per output r has left
@@ -43,10 +53,10 @@ steps since it joined `waiting`. Then:
      *priced* admission;
    and a *cohort* member is never held: when an r* is admitted at step t,
    the requests of its adapter waiting at t form a cohort, exempt until
-   step t + 2S. Each request of a victim admitted while r* waits (priced,
-   drain or cohort) moves the deadline, from the next step on, to the step
-   it can end by, if later: its slot is taken until then anyway. The other
-   adapters keep flowing.
+   step t + 2S. Each request of a victim admitted while r* waits (gated,
+   switch-priced, drain, priced or cohort) moves the deadline, from the
+   next step on, to the step it can end by, if later: its slot is taken
+   until then anyway. The other adapters keep flowing.
 
 Why "the oldest of any kind". The first design let only LoRA requests of an
 inactive adapter be r*; a base-model request, which can never be one, was
@@ -56,8 +66,8 @@ with the stream: `tests/test_fair_growth.py`). With r* the oldest starving
 request of any kind, a later arrival can become r* only after every older
 starving request has been admitted.
 
-Why one victim, and why drain, cohort and priced admissions (v4, v5; issue
-11's frontier). Holding every other adapter cascades (0.27 of `vllm`'s
+Why one victim, and why drain, cohort, priced and gated admissions and the
+switch price (v4-v6; issue 11's frontier). Holding every other adapter cascades (0.27 of `vllm`'s
 throughput on the seed workload in the first version); draining one adapter
 is all it takes to free a slot. v3 held every waiting request of the victim
 (the adapter holding its slot longest) while it drained, so the seats stood
@@ -76,9 +86,20 @@ at the default S = 16), and lets the deadline follow the requests a victim
 admits, so nothing is held that could end before the slot frees. The switch
 the holds buy is not priced: a long request of the victim that arrives just
 after it loses its slot can still run late and alone (0.627 of vllm on a
-searched family; docs/frontier.md, "the punished switch"). A hill climb
-over workloads finds the worst ratio to vllm per rule: `lora-sched bench
---adversarial`; `python -m lora_sched.bench.anneal` is a second search.
+searched family; docs/frontier.md, "the punished switch"). v6 prices the
+switch too: nothing of a victim is held before r* has waited 3S/16 steps per
+output left of the longest request present, about the most a request of the
+evicted adapter can be made to wait for a slot; a switch made at least three
+times that far into the run keeps the run >= 0.8 of vllm's (the punished
+families run at 1.000; counting only the slots' holders left a waiting
+32-output request of the victim to run alone at the end: 0.759 on an
+annealed family). And it gates: what was waiting
+before r* starved is never held, so under overload, when every request is
+past S, fair serves each adapter's waiting queue whole, as vllm does,
+instead of splitting it at every switch (0.790 of vllm under v5 on an
+annealed max_loras-1 family, 0.973 under v6). A hill climb over workloads
+finds the worst ratio to vllm per rule: `lora-sched bench --adversarial`;
+`python -m lora_sched.bench.anneal` is a second search.
 
 Bound. Let P be the largest prompt, L the largest `max_tokens`,
 W = P + L - 1 (the tokens one request computes in one stay in `running`),
@@ -95,20 +116,26 @@ budget-starved, which spends T tokens of the at most N * W that it and the
 requests ahead of it still need, or gets all it asks for: a prefill chunk
 (deferred on at most k - 1 throttled steps in a row) or a decode; async
 scheduling adds the sure-to-finish step and the output that lands one step
-late. A guard ends within G = 3D + 3 + L + max(2S, ceil(S L / 2)) steps of r*
-being chosen at step t0:
+late. A guard ends within G = 3D + 3 + L + max(2S, ceil(S L / 2), Qw (D + 1))
+steps of r* being chosen at step t0 (the last term only when S > 0):
 - until r* is first visited nobody is admitted, so within D + 1 steps
   `running` empties or the scan reaches r*;
 - if the cap blocks r* then (step t1 <= t0 + D + 1), the victim gains
   requests by cohort admissions, whose cohorts formed before t0 (a cohort
-  forms only when an r* is admitted) and expire by t0 + 2S; by priced
-  admissions, only while r*'s age is below S L / 2, that is before
-  t0 + ceil(S L / 2) (r* was at least S old at t0); and by drain admissions,
-  before the deadline, which is set <= t1 + L and moved only by the other
-  two kinds, each to at most L steps after it. So its last request joins
-  before t1 + L + max(2S, ceil(S L / 2)) and leaves `running` within D
-  steps of that. No adapter can take its slot before r* (r* is visited
-  first and the slots are full until then);
+  forms only when an r* is admitted) and expire by t0 + 2S; by priced and
+  switch-priced admissions, only while r*'s age is below S L / 2 (the
+  switch price, 3S/16 per output, is below S/2), that is before
+  t0 + ceil(S L / 2) (r* was at least S old at t0); by gated admissions,
+  of requests already waiting at t0 (they joined before r* was S old): the
+  scan admits in queue order, later arrivals queue behind them, and a step
+  that does not reach the last of them admits one of the at most Qw
+  requests ahead of it or stops on capacity, which frees within D + 1
+  steps, so they are all in before t1 + Qw (D + 1); and by drain
+  admissions, before the deadline, which is set <= t1 + L and moved only by
+  the other kinds, each to at most L steps after it. So its last request
+  joins before t1 + L + max(2S, ceil(S L / 2), Qw (D + 1)) and leaves
+  `running` within D steps of that. No adapter can take its slot before r*
+  (r* is visited first and the slots are full until then);
 - after that a capacity stop at r* admits nobody, so within D + 1 steps
   `running` is empty (no decode left: the throttle is off) and r* gets in.
 Every r* chosen once a request r has waited S steps is older than r (r is a
@@ -119,7 +146,7 @@ and each is r* at most once (a preempted request rejoins `waiting`
 younger). Hence, r included, at most Qw guards end before r is in, and every
 request is first admitted within
 
-    B = S + Qw * (3D + 3 + L + max(2S, ceil(S L / 2)))
+    B = S + Qw * (3D + 3 + L + max(2S, ceil(S L / 2), Qw (D + 1)))
 
 steps of arriving, under these assumptions: every request has the same
 priority (FCFS, or the priority queue with one priority: with mixed
@@ -144,6 +171,15 @@ from lora_sched.spec.config import Config
 from lora_sched.spec.properties import StepView
 from lora_sched.spec.request import Request
 from lora_sched.spec.state import StepRecord, peak_present, peak_waiting
+
+# The switch price, as a fraction of S per output left of the longest request
+# present (holding a LoRA slot or waiting): 3/16, so 3 steps per output at
+# the default S = 16. A switch T steps into a run can make a request of the
+# evicted adapter wait for a slot about as long as the l outputs the longest
+# of those requests has left, and then run alone: about (T + l) / (T + 2 l) of
+# vllm's throughput, >= 0.8 (issue 11's goal) when T >= 3 l. Scaled by S so
+# that S stays the one knob and S = 0 turns it off.
+SWITCH_PRICE = (3, 16)
 
 
 @dataclass(frozen=True)
@@ -183,6 +219,7 @@ class FairGuard:
     _queue: list[Waiting] = field(default_factory=list)  # this scan's waiting queue, in order
     _by_id: dict[str, Waiting] = field(default_factory=dict)  # the same, by request id
     scan_deadline: dict[int, int] = field(default_factory=dict)  # the deadlines this scan judges by
+    longest: int = 0  # most outputs left of a request holding a LoRA slot or waiting, when the scan reached r*
 
     def _age_key(self, w: Waiting) -> tuple[int, int, int]:
         return (w.priority if self.priority_queue else 0, w.waiting_since, w.seq)
@@ -213,14 +250,31 @@ class FairGuard:
         return step - w.waiting_since >= self.starvation_steps and not w.stale
 
     def _admissible(self, w: Waiting) -> bool:
-        """May `w` (of a victim) be let in? It can end by its victim's deadline,
-        one output per step (drain), or r* has waited less than S/2 steps per
-        output `w` has left (priced: holding `w` would cost more than 2/S of
-        r*'s wait)."""
-        if w.adapter not in self.scan_deadline:
-            return False
-        return (self.step + w.left <= self.scan_deadline[w.adapter]
-                or 2 * (self.step - self.star_since) < self.starvation_steps * w.left)
+        """May `w` (of a victim) be let in? One of rule 4's four admissions."""
+        return w.adapter in self.scan_deadline and (
+            self.gated(w) or self.switch_unpaid() or self.drains(w) or self.priced(w))
+
+    def _age(self) -> int:
+        return self.step - self.star_since
+
+    def gated(self, w: Waiting) -> bool:
+        """`w` joined `waiting` before r* had waited S steps."""
+        return w.waiting_since < self.star_since + self.starvation_steps
+
+    def switch_unpaid(self) -> bool:
+        """r* has waited less than 3S/16 steps per output left of the longest
+        request present, holding a LoRA slot or waiting (`SWITCH_PRICE`)."""
+        num, den = SWITCH_PRICE
+        return den * self._age() < num * self.starvation_steps * self.longest
+
+    def drains(self, w: Waiting) -> bool:
+        """`w` can end by its victim's deadline, one output per step."""
+        return self.step + w.left <= self.scan_deadline[w.adapter]
+
+    def priced(self, w: Waiting) -> bool:
+        """r* has waited less than S/2 steps per output `w` has left: holding
+        `w` would cost more than 2/S of r*'s wait."""
+        return 2 * self._age() < self.starvation_steps * w.left
 
     def backlog(self, adapter: int) -> int:
         """Waiting requests of `adapter` other than r* (cohort members too: they
@@ -229,9 +283,11 @@ class FairGuard:
 
     def visit_star(self, left: dict[int, int]) -> None:
         """The scan reached r*; `left` maps each adapter holding a slot to the
-        outputs its longest-running request has left. Pick a victim if the cap
-        blocks r* and no victim holds a slot (rule 4)."""
+        outputs its longest-running request has left. Note the longest request
+        present (the switch price), and pick a victim if the cap blocks r* and
+        no victim holds a slot (rule 4)."""
         active = set(left)
+        self.longest = max([*left.values(), *(w.left for w in self._queue)], default=0)
         if cap_blocks(active, self.star_adapter, self.max_loras) and not (self.victims & active):
             victim = min(active, key=lambda a: (self.backlog(a), left[a], a))
             self.victims.add(victim)
@@ -266,7 +322,7 @@ class FairGuard:
             self.deadline[w.adapter] = max(self.deadline[w.adapter], self.step + w.left)
 
     def _clear(self) -> None:
-        self.star, self.victims, self.deadline, self.scan_deadline = None, set(), {}, {}
+        self.star, self.victims, self.deadline, self.scan_deadline, self.longest = None, set(), {}, {}, 0
 
 
 def drain_steps(config: Config, *, max_prompt: int, max_output: int, queue: int | None = None) -> int:
@@ -285,8 +341,10 @@ def fair_bound(config: Config, *, queue: int, max_prompt: int, max_output: int, 
     (`waiting` is Qw; without it, Q stands in for it, as Qw <= Q)."""
     d = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     s = config.starvation_steps
-    guard = 3 * d + 3 + max_output + max(2 * s, -(-s * max_output // 2))
-    return config.starvation_steps + (queue if waiting is None else waiting) * guard
+    qw = queue if waiting is None else waiting
+    gated = qw * (d + 1) if s > 0 else 0
+    guard = 3 * d + 3 + max_output + max(2 * s, -(-s * max_output // 2), gated)
+    return config.starvation_steps + qw * guard
 
 
 def workload_bound(config: Config, requests: Iterable[Request], *, queue: int | None = None,

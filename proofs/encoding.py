@@ -98,6 +98,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import z3
+from lora_sched.policy.fair import SWITCH_PRICE
 
 POLICIES = ("blocking", "vllm", "fair")
 
@@ -511,13 +512,29 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     V2 = [z3.Or(V1[a], pick[a]) for a in range(A)]
     DL2 = [z3.If(pick[a], t + slot_left[a], DL1[a]) for a in range(A)]
     dl_of = [z3.Sum([z3.If(p.is_a[i][a], DL2[a], 0) for a in range(A)]) for i in rng]  # deadline of i's adapter
-    age = t - z3.Sum([z3.If(r_star[j], m.arrival[j], 0) for j in rng])  # r*'s (state arrival = waiting_since)
-    # S * left as a sum over left's few values (left <= max_output): linear in the symbolic S
-    price = [z3.Sum([z3.If(left[i] == v, v * p.S, 0) for v in range(1, b.max_output + 1)]) for i in rng]
-    priced = [2 * age < price[i] for i in rng]
+    star_since = z3.Sum([z3.If(r_star[j], m.arrival[j], 0) for j in rng])  # state arrival = waiting_since
+    age = t - star_since
+    # S * n as a sum over n's few values (n <= max_output): linear in the symbolic S
+    def s_times(n: z3.ArithRef) -> z3.ArithRef:
+        return z3.Sum([z3.If(n == v, v * p.S, 0) for v in range(1, b.max_output + 1)])
+
+    priced = [2 * age < s_times(left[i]) for i in rng]
     if mutant == "price_ageless":  # priced whatever r*'s age
         priced = [z3.BoolVal(True) for _ in rng]
-    fits = [z3.And(dl_of[i] > 0, z3.Or(t + left[i] <= dl_of[i], priced[i])) for i in rng]
+    # the switch price: den * age < num * S * (most outputs left of a request holding a LoRA slot or waiting)
+    longest: z3.ArithRef = z3.IntVal(0)
+    for a in range(A):
+        longest = z3.If(slot_left[a] > longest, slot_left[a], longest)
+    for i in rng:
+        longest = z3.If(z3.And(m.W[i], left[i] > longest), left[i], longest)
+    num, den = SWITCH_PRICE
+    unpaid = den * age < num * s_times(longest)
+    if mutant == "switch_ageless":  # the switch never paid for, whatever r*'s age
+        unpaid = z3.BoolVal(True)
+    gated = [m.arrival[i] < star_since + p.S for i in rng]  # joined `waiting` before r* was S old
+    if mutant == "gate_ageless":  # every waiting request gated
+        gated = [z3.BoolVal(True) for _ in rng]
+    fits = [z3.And(dl_of[i] > 0, z3.Or(gated[i], unpaid, t + left[i] <= dl_of[i], priced[i])) for i in rng]
     late = [z3.And(m.W[i], z3.Not(r_star[i]), z3.Not(co[i]), z3.Not(fits[i])) for i in rng]
     held = [z3.And(has_star, z3.Not(r_star[i]), _in(p, i, V2), z3.Not(co[i]),
                    z3.Or(late[i], *[z3.And(late[j], p.adapter[j] == p.adapter[i], ahead(j, i))
@@ -543,7 +560,7 @@ class FairStart:
 MUTANTS = ("cap_early", "cap_late", "seats_unchecked", "budget_plus_one", "fifo_reversed",
            "drop_running", "guard_off", "star_youngest", "star_lora_only", "throttle_ignored", "async_no_skip",
            "kv_unchecked", "victim_head", "preempt_to_tail", "priority_ignored", "star_priority_ignored",
-           "star_not_sticky")
+           "star_not_sticky", "price_ageless", "switch_ageless", "gate_ageless")
 
 
 def decoding(p: Params, m: Mid, i: int) -> z3.BoolRef:

@@ -23,13 +23,64 @@ class LoraOnlyStarGate(FairGate):
 
 
 class UnpricedGuard(FairGuard):
-    """fair v5 without the age in its price: a victim's request is let in
+    """fair without the age in its price: a victim's request is let in
     whatever r*'s age, so a victim that keeps receiving requests never drains
     and r* waits as long as its stream lasts (as under `vllm`)."""
 
-    def _admissible(self, w: Waiting) -> bool:
-        return w.adapter in self.scan_deadline
+    def priced(self, w: Waiting) -> bool:
+        return True
+
+
+class UngatedGuard(FairGuard):
+    """fair v5's hold: what was waiting before r* starved is held like any
+    later arrival, so under overload each switch splits the victim's queue
+    and the rest runs after another switch (below 0.8 of vllm on
+    `adv-fairv5-throughput-overload`)."""
+
+    def gated(self, w: Waiting) -> bool:
+        return False
+
+
+class FreeSwitchGuard(FairGuard):
+    """fair v5's hold: the switch itself is not priced, so a victim's short
+    request is held as soon as its own price is paid and a long request of
+    the victim that arrives next runs late and alone (the punished switch,
+    below 0.8 of vllm on `adv-fairv5-throughput-mechanism`)."""
+
+    def switch_unpaid(self) -> bool:
+        return False
+
+
+class SlotHoldersSwitchGuard(FairGuard):
+    """fair's switch price counting only the requests holding a slot, not the
+    waiting ones: a long waiting request of the victim, held behind a short
+    one, runs alone at the end (below 0.8 of vllm on
+    `adv-fairv5-throughput-waiting`)."""
+
+    def visit_star(self, left: dict[int, int]) -> None:
+        super().visit_star(left)
+        self.longest = max(left.values(), default=0)
+
+
+class V5Guard(UngatedGuard, FreeSwitchGuard):
+    """fair v5 whole: neither gate nor switch price."""
 
 
 class UnpricedGate(FairGate):
     guard_class = UnpricedGuard
+
+
+class UngatedGate(FairGate):
+    guard_class = UngatedGuard
+
+
+class FreeSwitchGate(FairGate):
+    guard_class = FreeSwitchGuard
+
+
+class V5Gate(FairGate):
+    guard_class = V5Guard
+
+
+class SlotHoldersSwitchGate(FairGate):
+    guard_class = SlotHoldersSwitchGuard

@@ -121,25 +121,31 @@ class _ExemptionCounter:
         class Counting(FairGate):
             def __init__(self) -> None:
                 super().__init__()
-                self.counts = {"cohort": 0, "drain": 0, "priced": 0, "moved": 0}
+                self.counts = dict.fromkeys(EXEMPTIONS, 0)
 
             def admitted(self, ctx, rid):
                 g = self._guard(ctx)
                 a = ctx.state.adapter(rid)
                 if g.star is not None and rid != g.star and a in g.victims:
-                    ends = ctx.step + ctx.state.reqs[rid].req.max_tokens - ctx.state.reqs[rid].generated
-                    kind = "cohort" if rid in g.cohort else "drain" if ends <= g.scan_deadline[a] else "priced"
+                    w = g._by_id[rid]
+                    kind = ("cohort" if rid in g.cohort else "gated" if g.gated(w)
+                            else "switch" if g.switch_unpaid() else "drain" if g.drains(w) else "priced")
                     self.counts[kind] += 1
-                    self.counts["moved"] += ends > g.deadline[a]
+                    self.counts["moved"] += ctx.step + w.left > g.deadline[a]
                 super().admitted(ctx, rid)
 
         return Counting()
 
 
-# Searched families on which fair's exemptions from the guard's hold occur
-# (drain, priced and cohort admissions, moved deadlines) in sync and async
-# runs; vLLM accepts both (budget >= seats).
-EXEMPTION_FAMILIES = ("adv-drainer-wait.json", "adv-vtc-wait.json")
+# fair's exemptions from the guard's hold, in the order the guard tries them
+# (`FairGuard._admissible`; a cohort member is never held), and moved deadlines.
+EXEMPTIONS = ("cohort", "gated", "switch", "drain", "priced", "moved")
+# Searched families on which all of them occur in sync and async runs; vLLM
+# accepts both (budget >= seats).
+EXEMPTION_FAMILIES = ("adv-fairv5-throughput-overload.json", "adv-fair_cohort-throughput-deep.json")
+# Priced admissions are rare once the switch price holds back every hold; this
+# small workload has one (S = 2): (adapter, max_tokens, arrival), 1-token prompts.
+PRICED_SHAPE = [(1, 1, 1), (1, 8, 2), (2, 3, 3), (1, 8, 7)]
 # A family on which a planted guard diverges from the reference (async).
 PLANTED_FAMILY = "adv-fair_cohort-throughput-deep.json"
 
@@ -154,17 +160,22 @@ def _family(name: str, async_scheduling: bool):
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_fair_exemptions_inside_vllm(tmp_path, async_scheduling):
-    """fair's exemptions from the guard's hold (a victim's requests that end
+    """fair's exemptions from the guard's hold (a victim's requests that were
+    waiting before r* starved, that come while the switch is unpaid, that end
     by its deadline, or whose hold would cost more than r* has waited; the
     cohort of the last r*) and the deadlines its admissions move decide the
-    same inside vLLM as in the reference, on searched families where all
-    occur: zero divergences and every claim, no_hol_blocking included (its
-    declared holds replay the guard from the trace alone)."""
-    from lora_sched.policy.driver import run
+    same inside vLLM as in the reference, on workloads where all occur: zero
+    divergences and every claim, no_hol_blocking included (its declared
+    holds replay the guard from the trace alone)."""
+    from lora_sched.policy.driver import Workload, run
+    from lora_sched.spec.config import Config
+    from lora_sched.spec.request import Request
 
-    counts = {"cohort": 0, "drain": 0, "priced": 0, "moved": 0}
-    for name in EXEMPTION_FAMILIES:
-        cfg, wl = _family(name, async_scheduling)
+    counts = dict.fromkeys(EXEMPTIONS, 0)
+    priced = (Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=4, starvation_steps=2, policy="fair",
+                     async_scheduling=async_scheduling),
+              Workload([Request(f"r{i}", a, 1, out, arr) for i, (a, out, arr) in enumerate(PRICED_SHAPE)]))
+    for cfg, wl in [_family(name, async_scheduling) for name in EXEMPTION_FAMILIES] + [priced]:
         gate = _ExemptionCounter()
         run(cfg, wl, gate=gate)
         counts = {k: counts[k] + gate.counts[k] for k in counts}

@@ -152,7 +152,7 @@ def test_reevaluate_measures_a_kept_family_again(tmp_path):
     assert (raw["found_by"]["ratio_steps"], raw["found_by"]["wait"], raw["found_by"]["bound"]) == \
         (ev.ratio, ev.wait, ev.bound) == (row["ratio_steps"], row["wait"], row["bound"])
     owned = tmp_path / "adv-owned.json"
-    owned.write_text((FAMILY_DIR / "adv-fair-throughput-deep.json").read_text())
+    owned.write_text((FAMILY_DIR / "adv-fair-throughput.json").read_text())
     with pytest.raises(ValueError, match="found_against"):
         reevaluate(owned)
 
@@ -164,7 +164,7 @@ def test_annealing_stays_in_the_space_and_keeps_its_best():
     space cannot be kept)."""
     from lora_sched.bench.anneal import anneal, in_space
 
-    _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fair-throughput-mechanism.json")
+    _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fairv5-throughput-mechanism.json")
     start = Instance(cfg, tuple(reqs))
     assert in_space(start)
     assert not in_space(Instance(replace(cfg, max_num_batched_tokens=cfg.max_num_seqs - 1), start.requests))

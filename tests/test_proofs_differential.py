@@ -22,13 +22,13 @@ import pytest
 import z3
 from lora_sched.policy import make_gate
 from lora_sched.policy.core import Scheduler
-from lora_sched.policy.fair import FairHolds
+from lora_sched.policy.fair import SWITCH_PRICE, FairHolds
 from lora_sched.proofs import encoding as enc
 from lora_sched.spec.config import Config, throttled
 from lora_sched.spec.observe import Observer
 from lora_sched.spec.request import Request
 
-B = enc.Bounds(requests=7, adapters=3, max_prompt=4, max_output=3, max_loras=(1, 2), max_num_seqs=(1, 3),
+B = enc.Bounds(requests=7, adapters=3, max_prompt=4, max_output=8, max_loras=(1, 2), max_num_seqs=(1, 3),
                max_num_batched_tokens=(1, 6), starvation_steps=(0, 3), skip=True)
 # vLLM's GPU default (async scheduling) with DP prefill throttling every other step.
 MODES = {"sync": B, "async_throttle": replace(B, async_scheduling=True, prefill_interval=2)}
@@ -182,7 +182,19 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
     kind = rnd.random()
     n, adapters, last = rnd.randint(1, B.requests), (0, 3), 8
     outputs: tuple[int, ...] | None = None
-    if kind < 0.3:  # any config in the bounds
+    shape: list[tuple[int, int, int]] | None = None  # (adapter, outputs, arrival) of each request, when fixed
+    if policy == "fair" and b.kv_blocks is None and kind > 0.9:
+        if kind > 0.95:  # the switch price: the victim's long request has just come in when r* starves,
+            # and another request of the victim arrives after that (not gated, cannot drain by the deadline)
+            cfg = Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=rnd.randint(3, 6),
+                         starvation_steps=3, policy=policy, **mode)
+            shape = [(1, 2, 1), (2, 1, 1), (1, 8, 2), (1, 8, 4)]
+        else:  # a priced admission once the switch is paid: a long request of the victim arrives late
+            cfg = Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=4, starvation_steps=2, policy=policy,
+                         **mode)
+            shape = [(1, 1, 1), (1, 8, 2), (2, 3, 3), (1, 8, 7)]
+        n = len(shape)
+    elif kind < 0.3:  # any config in the bounds
         cfg = Config(max_loras=rnd.randint(1, 2), max_num_seqs=rnd.randint(1, 3),
                      max_num_batched_tokens=rnd.randint(1, 6), starvation_steps=rnd.randint(0, 3), policy=policy,
                      **mode)
@@ -192,8 +204,8 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
     else:  # two adapters, one slot, two seats, a crowd at once: victims with queues (drain, priced, cohorts)
         cfg = Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=rnd.randint(3, 6),
                      starvation_steps=rnd.choice((1, 2, 3, 3)), policy=policy, **mode)
-        n, adapters, last = B.requests, (1, 2), 4
-        outputs = None if b.kv_blocks is not None else (1, 3, 3)  # long ones: priced admissions
+        n, adapters, last = B.requests, (1, 2), rnd.choice((4, 4, 8))  # 8: a victim's request arrives after r* starved
+        outputs = None if b.kv_blocks is not None else (1, 3, 8)  # long ones: priced and switch-priced admissions
     kv = b.kv_blocks is not None
     if kv:  # crowded: several requests grow in a small pool at once
         cfg = replace(cfg, max_num_seqs=rnd.randint(2, 3), max_num_batched_tokens=rnd.randint(3, 6))
@@ -208,6 +220,9 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
                     rnd.randint(2 if kv else 1, 3) if outputs is None else rnd.choice(outputs), 0, prios[i])
             for i in range(n)]
     arrivals = sorted(rnd.randint(1, last) for _ in range(n))
+    if shape is not None:
+        reqs = [Request(f"r{i}", a, 1, out, 0, prios[i]) for i, (a, out, _) in enumerate(shape)]
+        arrivals = [arr for _, _, arr in shape]
     ids: list[str] = []
     events: list[tuple[int, str, object]] = []  # for the observer, applied when their step starts
     held: list[tuple[object, set[str]]] = []  # async: a record completes one step later
@@ -254,14 +269,18 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
                           >= st.reqs[r].req.prompt_tokens + st.reqs[r].req.max_tokens}
         star0, _, _, cohort0 = python_guard(sched)
         left0 = {r: st.reqs[r].req.max_tokens - st.reqs[r].generated for r in st.waiting}
+        since0 = {r: st.reqs[r].waiting_since for r in st.waiting}
         rec = sched.step(step, skip, throttle=throttled(cfg, wave))
         wave += 1
         star1, victims1, deadline1, _ = python_guard(sched)
         g = getattr(sched.gate, "guard", None)
         judged = dict(g.scan_deadline) if g is not None else {}
         for rid in rec.admitted:  # fair let a victim's request in while r* still waits
-            if star0 is not None and star1 == star0 and st.adapter(rid) in victims1:
+            if star1 is not None and star0 in (None, star1) and st.adapter(rid) in victims1:
+                age, (num, den) = step - since0[star1], SWITCH_PRICE
                 kind = ("(cohort admission)" if rid in cohort0
+                        else "(gated admission)" if since0[rid] < since0[star1] + cfg.starvation_steps
+                        else "(switch-priced admission)" if den * age < num * cfg.starvation_steps * g.longest
                         else "(drain admission)" if step + left0[rid] <= judged[st.adapter(rid)]
                         else "(priced admission)")
                 seen[kind] = seen.get(kind, 0) + 1
@@ -322,7 +341,8 @@ def compare(policy: str, mode: str, b: enc.Bounds, steps: int) -> dict[str, int]
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("policy", enc.POLICIES)
 def test_smt_step_equals_python_step(policy: str, mode: str) -> None:
-    # fair has the most mechanisms to cover (drain, priced and cohort admissions, moved deadlines)
+    # fair has the most mechanisms to cover (gated, switch-priced, drain, priced and cohort admissions,
+    # moved deadlines)
     seen = compare(policy, mode, MODES[mode], STEPS_PER_CASE * (2 if policy == "fair" else 1))
     # The comparison saw violated states, not only states where both say "holds".
     # (fair keeps every property here: its cap counts every running adapter.)
@@ -331,7 +351,8 @@ def test_smt_step_equals_python_step(policy: str, mode: str) -> None:
     if mode == "async_throttle":  # the mechanisms were exercised, not only configured
         expected |= {"(throttle stop)", "(async skip)"}
     if policy == "fair":  # so were fair's exemptions from the guard's hold, and a moved deadline
-        expected |= {"(cohort admission)", "(drain admission)", "(priced admission)", "(deadline moved)"}
+        expected |= {"(cohort admission)", "(drain admission)", "(priced admission)", "(gated admission)",
+                     "(switch-priced admission)", "(deadline moved)"}
     assert expected <= set(seen), f"{policy}/{mode}: violations compared {seen}"
     print(f"{policy}/{mode}: violated states compared per property: {seen}")
 

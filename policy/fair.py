@@ -35,10 +35,10 @@ steps since it joined `waiting`. Then:
    request r of a victim is let in only when r and every waiting request of
    its adapter ahead of it in the queue (outside a cohort) are *admissible*
    (so FIFO within the adapter holds), where r is admissible when
-   - it joined `waiting` before r* had waited S steps (step it joined <
-     r*'s + S): a *gated* admission; the switch is made for what arrives
-     after r* starved, and what was already waiting goes first, as under
-     `vllm` (a finite set, all waiting when r* was chosen); or
+   - it was waiting when r* was chosen (it has not left `waiting` since;
+     off at S = 0): a *gated* admission; the switch is made for what
+     arrives after r* was chosen, and the queue already there goes first,
+     as under `vllm` (a finite set); or
    - r*'s age is less than 3S/16 steps per output left of the longest
      request present, holding a LoRA slot or waiting (3 per output at the
      default S = 16; `SWITCH_PRICE`): the *switch price*, since a switch can
@@ -94,10 +94,12 @@ times that far into the run keeps the run >= 0.8 of vllm's (the punished
 families run at 1.000; counting only the slots' holders left a waiting
 32-output request of the victim to run alone at the end: 0.759 on an
 annealed family). And it gates: what was waiting
-before r* starved is never held, so under overload, when every request is
-past S, fair serves each adapter's waiting queue whole, as vllm does,
-instead of splitting it at every switch (0.790 of vllm under v5 on an
-annealed max_loras-1 family, 0.973 under v6). A hill climb over workloads
+when r* was chosen is never held, so under overload, when every request is
+past S and each r* is chosen only once the one before is in, fair serves
+each adapter's waiting queue whole, as vllm does, instead of splitting it
+at every switch (0.790 of vllm under v5 on an annealed max_loras-1 family,
+1.000 under v6; a gate at the step r* had waited S steps still split it:
+0.973). A hill climb over workloads
 finds the worst ratio to vllm per rule: `lora-sched bench --adversarial`;
 `python -m lora_sched.bench.anneal` is a second search.
 
@@ -126,7 +128,7 @@ steps of r* being chosen at step t0 (the last term only when S > 0):
   switch-priced admissions, only while r*'s age is below S L / 2 (the
   switch price, 3S/16 per output, is below S/2), that is before
   t0 + ceil(S L / 2) (r* was at least S old at t0); by gated admissions,
-  of requests already waiting at t0 (they joined before r* was S old): the
+  of requests waiting when r* was chosen at t0: the
   scan admits in queue order, later arrivals queue behind them, and a step
   that does not reach the last of them admits one of the at most Qw
   requests ahead of it or stops on capacity, which frees within D + 1
@@ -220,6 +222,7 @@ class FairGuard:
     _by_id: dict[str, Waiting] = field(default_factory=dict)  # the same, by request id
     scan_deadline: dict[int, int] = field(default_factory=dict)  # the deadlines this scan judges by
     longest: int = 0  # most outputs left of a request holding a LoRA slot or waiting, when the scan reached r*
+    chosen_at: int = 0  # the step r* was chosen (0: no r*)
 
     def _age_key(self, w: Waiting) -> tuple[int, int, int]:
         return (w.priority if self.priority_queue else 0, w.waiting_since, w.seq)
@@ -236,7 +239,7 @@ class FairGuard:
             ready = [w for w in waiting if self.candidate(step, w)]
             if ready:
                 star = min(ready, key=self._age_key)
-                self.star, self.star_adapter = star.id, star.adapter
+                self.star, self.star_adapter, self.chosen_at = star.id, star.adapter, step
         if self.star is None:
             return None
         self.star_since = by_id[self.star].waiting_since
@@ -258,8 +261,9 @@ class FairGuard:
         return self.step - self.star_since
 
     def gated(self, w: Waiting) -> bool:
-        """`w` joined `waiting` before r* had waited S steps."""
-        return w.waiting_since < self.star_since + self.starvation_steps
+        """`w` was waiting when r* was chosen (it has not left `waiting` since);
+        off at S = 0."""
+        return self.starvation_steps > 0 and w.waiting_since <= self.chosen_at
 
     def switch_unpaid(self) -> bool:
         """r* has waited less than 3S/16 steps per output left of the longest
@@ -322,7 +326,8 @@ class FairGuard:
             self.deadline[w.adapter] = max(self.deadline[w.adapter], self.step + w.left)
 
     def _clear(self) -> None:
-        self.star, self.victims, self.deadline, self.scan_deadline, self.longest = None, set(), {}, {}, 0
+        self.star, self.victims, self.deadline, self.scan_deadline = None, set(), {}, {}
+        self.longest = self.chosen_at = 0
 
 
 def drain_steps(config: Config, *, max_prompt: int, max_output: int, queue: int | None = None) -> int:

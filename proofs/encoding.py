@@ -233,6 +233,7 @@ class StateVars:
     V: list[z3.BoolRef]  # V[a-1]: adapter a is a victim (`FairGuard.victims`)
     DL: list[z3.ArithRef]  # DL[a-1]: `FairGuard.deadline[a]`, 0 = absent (steps start at 1)
     CO: list[z3.ArithRef]  # CO[i]: `FairGuard.cohort[i]` (first step i may be held again), 0 = absent
+    ZT: z3.ArithRef  # `FairGuard.chosen_at`: the step r* was chosen, 0 = no r*
     # async scheduling and DP throttling (constant when off):
     pend: list[z3.BoolRef]  # a sampled token's output is in flight (num_output_placeholders = 1)
     D: list[z3.BoolRef]  # vLLM's `deferred_waiting`
@@ -269,6 +270,7 @@ def make_state(b: Bounds, tag: str) -> StateVars:
         [z3.Bool(f"V_{a}@{tag}") for a in range(1, b.adapters + 1)],
         [z3.Int(f"DL_{a}@{tag}") for a in range(1, b.adapters + 1)],
         [z3.Int(f"CO_{i}@{tag}") for i in R],
+        z3.Int(f"ZT@{tag}"),
         [z3.Bool(f"pend_{i}@{tag}") for i in R],
         [z3.Bool(f"D_{i}@{tag}") for i in R],
         z3.Bool(f"pcb@{tag}"),
@@ -292,7 +294,7 @@ def init(b: Bounds, s: StateVars) -> list[z3.BoolRef]:
             cs += [s.wkey[i] == 0, s.rkey[i] == 0, z3.Not(s.pf[i])]
     for a in range(b.adapters):
         cs += [z3.Not(s.V[a]), s.DL[a] == 0]
-    cs += [z3.Not(x) for x in s.pend + s.D] + [z3.Not(s.pcb), s.wave == 0, z3.Not(s.pa)]
+    cs += [z3.Not(x) for x in s.pend + s.D] + [z3.Not(s.pcb), s.wave == 0, z3.Not(s.pa), s.ZT == 0]
     return cs
 
 
@@ -338,6 +340,7 @@ class Mid:
     wkey: list[z3.ArithRef] = field(default_factory=list)
     rkey: list[z3.ArithRef] = field(default_factory=list)
     pf: list[z3.BoolRef] = field(default_factory=list)
+    ZT: z3.ArithRef = field(default_factory=lambda: z3.IntVal(0))  # `FairGuard.chosen_at`
 
 
 @dataclass
@@ -415,7 +418,7 @@ def events(b: Bounds, s: StateVars, inp: Inputs) -> tuple[Mid, list[z3.BoolRef]]
     wkey = [z3.If(inp.arrive[i], t * (n + 1) + i, s.wkey[i]) for i in range(n)] if b.general else list(s.wkey)
     return Mid(t, W, R, list(s.F), X, list(s.computed), list(s.generated),
                list(s.admitted_at), list(s.ever), arrival, list(s.Z), list(s.V), list(s.DL), list(s.CO),
-               list(s.pend), D, s.pcb, wave, throttle, wkey, list(s.rkey), list(s.pf)), cs
+               list(s.pend), D, s.pcb, wave, throttle, wkey, list(s.rkey), list(s.pf), s.ZT), cs
 
 
 def throttled(b: Bounds, wave: z3.ArithRef) -> z3.BoolRef:
@@ -426,7 +429,7 @@ def throttled(b: Bounds, wave: z3.ArithRef) -> z3.BoolRef:
 
 def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0: z3.ArithRef,
                mutant: str | None = None, ahead: Callable[[int, int], z3.BoolRef] | None = None) -> FairStart:
-    """`policy.fair.FairGuard` (rule v5) when a waiting scan starts, on the
+    """`policy.fair.FairGuard` (rule v6) when a waiting scan starts, on the
     state `m` after arrivals, the adapters `C0` of every running request,
     and the budget `B0` and seats `seats0` the running phase left.
 
@@ -445,12 +448,17 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     holds: a waiting request of a victim other than r*, outside the cohort,
     is held unless it and every waiting request of its adapter ahead of it
     (`ahead`: queue order, by default `queue_before`; slot order in the fast
-    path) outside the cohort are admissible: they can end by the deadline
-    (`step + max_tokens - generated <= deadline`, a drain admission) or r*
-    has waited less than S/2 steps per output they have left
-    (`2 (step - waiting_since(r*)) < S (max_tokens - generated)`, a priced
-    admission). The deadlines judged are those when the scan starts; the
-    step's admissions move them afterwards (`FairStart.moved`).
+    path) outside the cohort are admissible: they were waiting when r* was
+    chosen (`waiting_since <= ZT`, the step r* was chosen; gated; off at
+    S = 0), or
+    r* has waited less than 3S/16 steps per output left of the longest
+    running LoRA request or waiting request (`16 age < 3 S longest`, the
+    switch price, `policy.fair.SWITCH_PRICE`), or they can end by the
+    deadline (`step + max_tokens - generated <= deadline`, a drain
+    admission), or r* has waited less than S/2 steps per output they have
+    left (`2 (step - waiting_since(r*)) < S (max_tokens - generated)`, a
+    priced admission). The deadlines judged are those when the scan starts;
+    the step's admissions move them afterwards (`FairStart.moved`).
 
     Shared, like `FairGuard`, by the encoded scan and by the declared holds
     of `no_hol_blocking` (as `FairHolds` replays `FairGuard` on a trace).
@@ -531,8 +539,9 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     unpaid = den * age < num * s_times(longest)
     if mutant == "switch_ageless":  # the switch never paid for, whatever r*'s age
         unpaid = z3.BoolVal(True)
-    gated = [m.arrival[i] < star_since + p.S for i in rng]  # joined `waiting` before r* was S old
-    if mutant == "gate_ageless":  # every waiting request gated
+    chosen_at = z3.If(sticky, m.ZT, t)  # `FairGuard.chosen_at`
+    gated = [z3.And(p.S > 0, m.arrival[i] <= chosen_at) for i in rng]  # waiting when r* was chosen (off at S = 0)
+    if mutant == "gate_all":  # every waiting request gated
         gated = [z3.BoolVal(True) for _ in rng]
     fits = [z3.And(dl_of[i] > 0, z3.Or(gated[i], unpaid, t + left[i] <= dl_of[i], priced[i])) for i in rng]
     late = [z3.And(m.W[i], z3.Not(r_star[i]), z3.Not(co[i]), z3.Not(fits[i])) for i in rng]
@@ -540,7 +549,7 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
                    z3.Or(late[i], *[z3.And(late[j], p.adapter[j] == p.adapter[i], ahead(j, i))
                                     for j in rng if j != i]))
             for i in rng]
-    return FairStart(r_star, has_star, V2, reach, blocked, held, DL2, co)
+    return FairStart(r_star, has_star, V2, reach, blocked, held, DL2, co, chosen_at)
 
 
 @dataclass
@@ -555,12 +564,13 @@ class FairStart:
     held: list[z3.BoolRef]  # held[i]: the guard holds i while r* waits
     deadline: list[z3.ArithRef]  # per adapter after visit_star, 0 = none
     cohort: list[z3.BoolRef]  # live cohort members when the scan starts
+    chosen_at: z3.ArithRef  # the step r* was chosen (this one when it is new)
 
 
 MUTANTS = ("cap_early", "cap_late", "seats_unchecked", "budget_plus_one", "fifo_reversed",
            "drop_running", "guard_off", "star_youngest", "star_lora_only", "throttle_ignored", "async_no_skip",
            "kv_unchecked", "victim_head", "preempt_to_tail", "priority_ignored", "star_priority_ignored",
-           "star_not_sticky", "price_ageless", "switch_ageless", "gate_ageless")
+           "star_not_sticky", "price_ageless", "switch_ageless", "gate_all")
 
 
 def decoding(p: Params, m: Mid, i: int) -> z3.BoolRef:
@@ -739,9 +749,10 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
     def throttle_stop(i: int) -> z3.BoolRef:  # a waiting request needing more than 1 token
         return z3.And(defer, need[i] > 1)
 
-    # --- fair (`policy.fair.FairGuard`, v5): the cap counts every running
+    # --- fair (`policy.fair.FairGuard`, v6): the cap counts every running
     # request's adapter; r* is sticky, visited first; a victim adapter's
-    # requests are held while r* is cap-blocked, but drain, priced and cohort ones.
+    # requests are held while r* is cap-blocked, but gated, switch-priced,
+    # drain, priced and cohort ones.
     r_star = [z3.BoolVal(False) for _ in rng]
     held_on: z3.BoolRef = z3.BoolVal(False)
     V2 = [z3.BoolVal(False) for _ in range(A)]
@@ -917,7 +928,9 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
                 moved = z3.If(z3.And(adm[i], z3.Not(r_star[i]), p.is_a[i][a], g.deadline[a] > 0, end > moved),
                               end, moved)
             cs.append(s2.DL[a] == z3.If(frozen, m.DL[a], z3.If(ok0, 0, moved)))
+        cs.append(s2.ZT == z3.If(frozen, m.ZT, z3.If(z3.And(g.has_star, z3.Not(ok0)), g.chosen_at, 0)))
     else:
+        cs.append(s2.ZT == m.ZT)
         cs += [s2.Z[i] == m.Z[i] for i in rng] + [s2.CO[i] == m.CO[i] for i in rng]
         cs += [s2.V[a] == m.V[a] for a in range(A)] + [s2.DL[a] == m.DL[a] for a in range(A)]
     aux = StepAux(m, n, adm, R_sched, fin, policy, pre)

@@ -78,7 +78,8 @@ CATALOGUE: tuple[Mutant, ...] = (
            "fair", "bounded_wait", WAIT, 10, WAIT_WORST),
     Mutant("switch_ageless", "fair's switch price ignores r*'s age (the switch is never paid for)",
            "fair", "bounded_wait", WAIT, 10, WAIT_WORST),
-    Mutant("gate_ageless", "fair's gate ignores r*'s age (every waiting request of a victim is gated)",
+    Mutant("gate_all", "fair's gate lets in every waiting request of a victim, not only those waiting when r* "
+           "was chosen",
            "fair", "bounded_wait", WAIT, 10, WAIT_WORST),
     Mutant("star_youngest", "fair's r* is the youngest starving request instead of the oldest",
            "fair", "no_hol_blocking", replace(SMALL, max_loras=(1, 1)), 4),

@@ -59,11 +59,12 @@ scheduling, limited or unlimited KV, chunked prefill on or off, any
   elements into {0..M-1} leaves a value free; this is the one fact used
   outside the solver). `blocking` stops at a cap-blocked request; `fair`
   also skips requests of held adapters V while r* is not admitted (any of
-  them: v5's drain, priced and cohort admissions are a subset of what this allows);
+  them: v6's gated, switch-priced, drain, priced and cohort admissions are a
+  subset of what this allows);
   r* is the sticky one or a fresh one that has waited S and, if never
   admitted, has the smallest (waiting_since, seq) among the never-admitted
   waiting requests of its priority and adapter that have waited S (true of
-  the v3-v5 key and of the first design's filter alike). A request
+  the v3-v6 key and of the first design's filter alike). A request
   left waiting had a reason: a stop, a cap skip (`vllm`, `fair`), a hold
   (`fair`), or stale async output (only ever-admitted requests have any);
 * tokens: each scheduled request gets 1..(T - tokens before it in
@@ -470,8 +471,9 @@ def transition(g: Sig, st: Step) -> list[z3.BoolRef]:
             st.ahead(r1, r2))))
     if fair and m.mutant != "hold_any":
         # fair's holds pass down a queue: a held never-admitted request holds every
-        # later one of its adapter and priority (v5 holds a victim's requests from
-        # the first that is neither a drain nor a priced admission on; cohort
+        # later one of its adapter and priority (v6 holds a victim's requests from
+        # the first that is none of a gated, switch-priced, drain or priced
+        # admission on; gated ones are older than the others; cohort
         # members, never held, are older than any request of their adapter
         # outside the cohort).
         cs.append(_fa([r1, r2], z3.Implies(z3.And(st.H(r1), z3.Not(s.ever(r1)), st.ahead(r1, r2),

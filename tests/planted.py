@@ -32,7 +32,7 @@ class UnpricedGuard(FairGuard):
 
 
 class UngatedGuard(FairGuard):
-    """fair v5's hold: what was waiting before r* starved is held like any
+    """fair v5's hold: what was waiting when r* was chosen is held like any
     later arrival, so under overload each switch splits the victim's queue
     and the rest runs after another switch (below 0.8 of vllm on
     `adv-fairv5-throughput-overload`)."""

@@ -161,7 +161,7 @@ def _family(name: str, async_scheduling: bool):
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_fair_exemptions_inside_vllm(tmp_path, async_scheduling):
     """fair's exemptions from the guard's hold (a victim's requests that were
-    waiting before r* starved, that come while the switch is unpaid, that end
+    waiting when r* was chosen, that come while the switch is unpaid, that end
     by its deadline, or whose hold would cost more than r* has waited; the
     cohort of the last r*) and the deadlines its admissions move decide the
     same inside vLLM as in the reference, on workloads where all occur: zero

@@ -51,7 +51,7 @@ class Template:
         self.b = b
         self.mid = enc.Mid(z3.Int("t"), s.W, s.R, s.F, s.X, s.computed, s.generated, s.admitted_at, s.ever,
                            s.arrival, s.Z, s.V, s.DL, s.CO, s.pend, s.D, s.pcb, s.wave, z3.Bool("throttle"),
-                           s.wkey, s.rkey, s.pf)
+                           s.wkey, s.rkey, s.pf, s.ZT)
         self.skip = [z3.Bool(f"sk_{i}") for i in range(B.requests)]
         self.post, self.aux, cs = enc.schedule(self.p, policy, self.mid, self.skip, "d")
         self.props = {name: enc.step_property(name, self.p, self.aux, self.post) for name in enc.STEP_PROPS}
@@ -65,7 +65,7 @@ class Template:
                m.throttle == throttled(cfg, wave), m.pcb == st.prefill_capacity_bound,
                p.K == (cfg.kv_blocks or 0)]
         gen = self.b.general
-        eqs += guard_eqs(sched, ids, m.Z, m.V, m.DL, m.CO)
+        eqs += guard_eqs(sched, ids, m.Z, m.V, m.DL, m.CO, m.ZT)
         for i in range(B.requests):
             rid = ids[i] if i < len(ids) else None
             rs = st.reqs.get(rid) if rid else None
@@ -109,7 +109,8 @@ class Template:
                         {a + 1: v for a in range(B.adapters)
                          if (v := mod.eval(post.DL[a], model_completion=True).as_long()) != 0},
                         {ids[i]: v for i in range(len(ids))
-                         if (v := mod.eval(post.CO[i], model_completion=True).as_long()) != 0})
+                         if (v := mod.eval(post.CO[i], model_completion=True).as_long()) != 0},
+                        mod.eval(post.ZT, model_completion=True).as_long())
         for i, rid in enumerate(ids):
             for name, var in (("waiting", post.W[i]), ("running", post.R[i]), ("finished", post.F[i]),
                               ("aborted", post.X[i]), ("pending", post.pend[i]), ("deferred", post.D[i])):
@@ -136,20 +137,22 @@ class Template:
         return out
 
 
-def python_guard(sched: Scheduler) -> tuple[str | None, set[int], dict[int, int], dict[str, int]]:
-    """fair's FairGuard memory (star, victims, deadlines, cohort); empty for the other gates."""
+def python_guard(sched: Scheduler) -> tuple[str | None, set[int], dict[int, int], dict[str, int], int]:
+    """fair's FairGuard memory (star, victims, deadlines, cohort, the step r* was
+    chosen); empty for the other gates."""
     g = getattr(sched.gate, "guard", None)
     if g is None:
-        return None, set(), {}, {}
-    return g.star, set(g.victims), dict(g.deadline), dict(g.cohort)
+        return None, set(), {}, {}, 0
+    return g.star, set(g.victims), dict(g.deadline), dict(g.cohort), g.chosen_at
 
 
-def guard_eqs(sched: Scheduler, ids: list[str], Z: list, V: list, DL: list, CO: list) -> list:
-    star, victims, deadline, cohort = python_guard(sched)
+def guard_eqs(sched: Scheduler, ids: list[str], Z: list, V: list, DL: list, CO: list, ZT: z3.ArithRef) -> list:
+    star, victims, deadline, cohort, chosen_at = python_guard(sched)
     return ([Z[i] == (i < len(ids) and ids[i] == star) for i in range(B.requests)]
             + [V[a] == (a + 1 in victims) for a in range(B.adapters)]
             + [DL[a] == deadline.get(a + 1, 0) for a in range(B.adapters)]
-            + [CO[i] == (cohort.get(ids[i], 0) if i < len(ids) else 0) for i in range(B.requests)])
+            + [CO[i] == (cohort.get(ids[i], 0) if i < len(ids) else 0) for i in range(B.requests)]
+            + [ZT == chosen_at])
 
 
 def python_post(sched: Scheduler, ids: list[str], scheduled: dict[str, int], rec: object = None,
@@ -184,15 +187,19 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
     outputs: tuple[int, ...] | None = None
     shape: list[tuple[int, int, int]] | None = None  # (adapter, outputs, arrival) of each request, when fixed
     if policy == "fair" and b.kv_blocks is None and kind > 0.9:
-        if kind > 0.95:  # the switch price: the victim's long request has just come in when r* starves,
+        if kind > 0.95:  # the switch price: the victim's long request has just come in when r* is chosen,
             # and another request of the victim arrives after that (not gated, cannot drain by the deadline)
             cfg = Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=rnd.randint(3, 6),
                          starvation_steps=3, policy=policy, **mode)
-            shape = [(1, 2, 1), (2, 1, 1), (1, 8, 2), (1, 8, 4)]
-        else:  # a priced admission once the switch is paid: a long request of the victim arrives late
+            shape = [(1, 2, 1), (2, 1, 1), (1, 8, 2), (1, 8, 5)]
+        elif kind > 0.925:  # a priced admission once the switch is paid: a long request of the victim arrives late
             cfg = Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=4, starvation_steps=2, policy=policy,
                          **mode)
             shape = [(1, 1, 1), (1, 8, 2), (2, 3, 3), (1, 8, 7)]
+        else:  # a drain admission once the switch is paid: a short request of the victim arrives late
+            cfg = Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=rnd.randint(3, 6), starvation_steps=1,
+                         policy=policy, **mode)
+            shape = [(1, 4, 1), (2, 1, 1), (1, 1, 4)]
         n = len(shape)
     elif kind < 0.3:  # any config in the bounds
         cfg = Config(max_loras=rnd.randint(1, 2), max_num_seqs=rnd.randint(1, 3),
@@ -267,19 +274,19 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
         in_flight = {r for r in st.running if st.reqs[r].placeholders > 0}
         sure_to_finish = {r for r in st.running if st.reqs[r].placeholders > 0 and st.reqs[r].computed + 1
                           >= st.reqs[r].req.prompt_tokens + st.reqs[r].req.max_tokens}
-        star0, _, _, cohort0 = python_guard(sched)
+        star0, _, _, cohort0, _ = python_guard(sched)
         left0 = {r: st.reqs[r].req.max_tokens - st.reqs[r].generated for r in st.waiting}
         since0 = {r: st.reqs[r].waiting_since for r in st.waiting}
         rec = sched.step(step, skip, throttle=throttled(cfg, wave))
         wave += 1
-        star1, victims1, deadline1, _ = python_guard(sched)
+        star1, victims1, deadline1, _, _ = python_guard(sched)
         g = getattr(sched.gate, "guard", None)
         judged = dict(g.scan_deadline) if g is not None else {}
         for rid in rec.admitted:  # fair let a victim's request in while r* still waits
             if star1 is not None and star0 in (None, star1) and st.adapter(rid) in victims1:
                 age, (num, den) = step - since0[star1], SWITCH_PRICE
                 kind = ("(cohort admission)" if rid in cohort0
-                        else "(gated admission)" if since0[rid] < since0[star1] + cfg.starvation_steps
+                        else "(gated admission)" if cfg.starvation_steps > 0 and since0[rid] <= g.chosen_at
                         else "(switch-priced admission)" if den * age < num * cfg.starvation_steps * g.longest
                         else "(drain admission)" if step + left0[rid] <= judged[st.adapter(rid)]
                         else "(priced admission)")

@@ -19,7 +19,7 @@ v6) is the punished switch again, with the long request already waiting.
 Rule v6 (`policy/fair.py`) answers them with two rules: the switch price
 (nothing of a victim is held before r* has waited 3S/16 steps per output
 left of the longest request present, holding a slot or waiting) and the
-gate (what was waiting before r* starved is never held). Each test runs its family under fair and
+gate (what was waiting when r* was chosen is never held). Each test runs its family under fair and
 under the planted guard that drops that one rule (`tests/planted.py`): fair
 meets the goal, the planted guard falls below it by the mechanism the test
 names, so the check can fail.
@@ -106,7 +106,7 @@ def test_the_gate_answers_the_split_queue():
     """Under overload (max_loras 1, every request past S), fair without the
     gate splits the victims' waiting queues: adapters come back for the
     slot again and again, each return a drain, and the run falls below 0.8
-    of vllm. With the gate fair gives each adapter about as many turns as
+    of vllm. With the gate fair gives the adapters as many turns as
     vllm does, and meets the goal."""
     cfg, reqs = _family("adv-fairv5-throughput-overload")
     assert cfg.max_loras == 1
@@ -117,4 +117,4 @@ def test_the_gate_answers_the_split_queue():
     assert _ratio(vllm, fair, reqs) >= 0.8
     turns = {name: sum(_slot_turns(r, reqs).values()) for name, r in
              (("vllm", vllm), ("fair", fair), ("ungated", ungated))}
-    assert turns["ungated"] >= 2 * turns["vllm"] and turns["fair"] <= turns["vllm"] + 1, turns
+    assert turns["ungated"] >= 2 * turns["vllm"] and turns["fair"] == turns["vllm"], turns

@@ -2,7 +2,8 @@
 
 Written by an adversary of fair v5's throughput claim (the "attack5" helper
 of issue 11), kept because it found what the hill climb of
-`bench.adversarial` did not: fair at 0.627 of vllm. Different from that
+`bench.adversarial` did not: fair v5 at 0.627 of vllm (the punished switch,
+which rule v6 prices; `docs/frontier.md`). Different from that
 climb: annealing (accepts worse moves), compound moves (several mutations at
 once, per-adapter shifts, stretching outputs, cloning a block of requests,
 adapter relabelling), and restarts from the saved adv-*.json families and
@@ -13,9 +14,11 @@ figures (`bench.adversarial.evaluate`).
     python -m lora_sched.bench.anneal --start FAMILY.json --restarts 3 --iters 2000 --seed 13
 
 (`--start`: iterated annealing from one family, each round from the best so
-far; this is how `adv-fair-throughput-attack` was found, from
-`adv-fair-throughput-mechanism`: `--seed 5 --restarts 1`, then from that
-result `--seed 13 --restarts 3`, both `--iters 2000`.)
+far; this is how `adv-fairv5-throughput-attack` was found against v5, from
+`adv-fairv5-throughput-mechanism`: `--seed 5 --restarts 1`, then from that
+result `--seed 13 --restarts 3`, both `--iters 2000`; the commands reproduce
+it at the commit before v6. A run writes its best as
+`adv-fair-throughput-attack-sSEED.json` in `--out`.)
 """
 
 from __future__ import annotations

@@ -49,9 +49,16 @@ def points(cfg: Config, reqs: list[Request], *, policies: tuple[str, ...] = FRON
     return out
 
 
+# Ratios closer than this are equal: the cost model sums a run's step times in
+# the order the steps come, so two runs of equal throughput can differ in the
+# last bits (1e-16 to 1e-15 measured) and must not count as one beating the other.
+RATIO_TIE = 1e-9
+
+
 def dominated(p: dict, pts: list[dict]) -> list[dict]:
     """Points of other policies that wait less and run faster than `p`."""
-    return [q for q in pts if q["policy"] != p["policy"] and q["wait"] < p["wait"] and q["ratio"] > p["ratio"]]
+    return [q for q in pts if q["policy"] != p["policy"] and q["wait"] < p["wait"]
+            and q["ratio"] > p["ratio"] + RATIO_TIE]
 
 
 def frontier(families: dict[str, tuple[Config, list[Request]]], **kw) -> dict[str, list[dict]]:

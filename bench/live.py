@@ -37,6 +37,7 @@ from lora_sched.policy.fair import FairHolds
 from lora_sched.spec.config import POLICIES, Config
 from lora_sched.spec.properties import StepView
 from lora_sched.spec.request import Request
+from lora_sched.spec.trace import Trace
 
 LIVE_PROMPTS = 200
 LIVE_OUTPUT = 32
@@ -59,7 +60,14 @@ def adapter_waits(requests: dict[str, Request], first_admitted: dict[str, int]) 
 
 
 def trace_summary(path: Path) -> dict:
-    """Steps, per-adapter waits and, for `fair`, the guard's activity, from a recorded trace."""
+    """Steps, per-adapter waits and, for `fair`, the guard's activity, from a recorded trace.
+
+    Also `busy_steps` (steps that scheduled something) and `vllm_busy_steps`:
+    the busy steps the reference `vllm` needs for the same requests arriving
+    at the same engine steps. A live client sends a burst over many engine
+    steps, and how many depends on the machine, so two servers' step counts
+    compare different arrivals; the policy's busy steps against vllm's on
+    the trace's own arrivals compare the rules alone."""
     from lora_sched.spec.check import observe_trace
     from lora_sched.spec.observe import Observer
     from lora_sched.spec.trace import read_trace
@@ -72,7 +80,9 @@ def trace_summary(path: Path) -> dict:
             first.setdefault(rid, rec.step)
     out: dict = {"steps": len(steps), "adapters": adapter_waits(trace.requests(), first),
                  "max_wait_steps": max((first[r] - q.arrival for r, q in trace.requests().items()
-                                        if r in first), default=0)}
+                                        if r in first), default=0),
+                 "busy_steps": sum(1 for rec in steps if rec.scheduled),
+                 "vllm_busy_steps": _vllm_busy_steps(trace)}
     if trace.config.policy == "fair":
         holds = _CountingHolds(trace.config)
         for _ in observe_trace(trace, Observer(trace.config, holds)):
@@ -81,6 +91,18 @@ def trace_summary(path: Path) -> dict:
         out["guard_steps"] = len(holds.held)
         out["starvation_steps"] = trace.config.starvation_steps
     return out
+
+
+def _vllm_busy_steps(trace: Trace) -> int | None:
+    """Busy steps of the reference `vllm` on the trace's requests and arrival
+    steps (aborts are not replayed: None when the trace has any, or is cut)."""
+    from lora_sched.policy.driver import run
+    from lora_sched.spec.trace import Abort
+
+    if not trace.complete or any(isinstance(e, Abort) for e in trace.events):
+        return None
+    res = run(replace(trace.config, policy="vllm"), Workload(list(trace.requests().values())))
+    return sum(1 for rec in res.records if rec.scheduled)
 
 
 class _CountingHolds(FairHolds):

@@ -149,14 +149,15 @@ def row(run: dict) -> dict:
     res, tr = run["result"], run["trace"]
     return {**{key: res.get(key) for _, key, _ in COLUMNS}, "completed": res.get("completed"),
             "failed": res.get("failed", 0), "duration_s": res.get("duration_s"),
-            "max_wait_steps": tr["max_wait_steps"], "steps": tr["steps"], "trace_check_ok": run["trace_check_ok"],
+            "max_wait_steps": tr["max_wait_steps"], "steps": tr["steps"], "busy_steps": tr.get("busy_steps"),
+            "vllm_busy_steps": tr.get("vllm_busy_steps"), "trace_check_ok": run["trace_check_ok"],
             "rounds_request_throughput": run["rounds_request_throughput"], "median_round": run["median_round"]}
 
 
 def print_table(name: str, about: str, rows: dict[str, dict]) -> None:
     print(f"\n== live: {name} ({about}) ==")
     head = f"{'policy':11}" + "".join(f"{c:>14}" for c, _, _ in COLUMNS) + \
-        f"{'worst wait':>12}{'steps':>8}{'req/s vs vllm':>15}{'vllm steps/steps':>18}{'trace':>8}"
+        f"{'worst wait':>12}{'steps':>8}{'req/s vs vllm':>15}{'vllm steps/steps':>18}{'same arrivals':>15}{'trace':>8}"
     print(head + "\n" + "-" * len(head))
     base = rows.get("vllm", {}).get("request_throughput")
     base_steps = rows.get("vllm", {}).get("steps")
@@ -164,7 +165,9 @@ def print_table(name: str, about: str, rows: dict[str, dict]) -> None:
         cells = "".join(f"{fmt.format(r[key]) if r.get(key) is not None else '-':>14}" for _, key, fmt in COLUMNS)
         rel = f"{r['request_throughput'] / base:.3f}" if base and r.get("request_throughput") else "-"
         rel_steps = f"{base_steps / r['steps']:.3f}" if base_steps and r["steps"] else "-"
-        print(f"{p:11}{cells}{r['max_wait_steps']:>12}{r['steps']:>8}{rel:>15}{rel_steps:>18}"
+        vb, b = r.get("vllm_busy_steps"), r.get("busy_steps")
+        same = f"{vb / b:.3f}" if vb and b else "-"
+        print(f"{p:11}{cells}{r['max_wait_steps']:>12}{r['steps']:>8}{rel:>15}{rel_steps:>18}{same:>15}"
               f"{'ok' if r['trace_check_ok'] else 'FAILED':>8}")
 
 
@@ -226,8 +229,11 @@ def main_live_field(args) -> int:  # noqa: ANN001 - argparse.Namespace
     report["total_s"] = time.monotonic() - t_start
     print(f"\n(vLLM's figures: the round with the median req/s of {args.live_rounds} on one server; worst wait: "
           f"engine steps from arrival to first admission, from the trace the server recorded over all rounds; "
-          f"vllm steps/steps: engine steps to serve all rounds, vllm's over the policy's (the machine's load "
-          f"does not move it); trace: its claimed properties and its replay through the reference; starvation_steps "
+          f"vllm steps/steps: engine steps to serve all rounds, vllm's server's over the policy's (the machine's "
+          f"load moves it: the client's burst reaches each server over a different number of steps); same "
+          f"arrivals: the busy steps of the reference vllm on this trace's own arrivals over the policy's busy "
+          f"steps (the rules alone); trace: its claimed properties and its replay through the reference; "
+          f"starvation_steps "
           f"{args.live_starvation_steps}; {report['total_s']:.0f} s in all)")
     for name, w in report["workloads"].items():
         print(f"req/s by round, {name}: " + "; ".join(

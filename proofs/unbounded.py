@@ -1419,7 +1419,7 @@ class CrossResult:
     throttled: int = 0  # steps run with the DP prefill throttle
     throttle_holds: int = 0  # waiting requests the throttle stopped the scan at
     deferred: int = 0  # running requests left unscheduled by the reference itself (budget, async, throttle)
-    guard_exempt: int = 0  # fair: a victim's requests admitted while r* waits (drain, priced or cohort)
+    guard_exempt: int = 0  # fair: a victim's requests admitted while r* waits (any of its exemptions)
     failures: list[str] = field(default_factory=list)
 
 

@@ -145,6 +145,10 @@ def test_live_trace_summary_counts_the_fair_guard(tmp_path) -> None:
     assert summary["max_wait_steps"] == max(res.waits().values())
     assert summary["guard_steps"] > 0 and summary["starving_steps"] >= summary["guard_steps"]
     assert summary["adapters"][3]["max_wait_steps"] == res.waits()["victim-a3"]
+    # the rules compared on the trace's own arrivals: vllm run on the same requests and steps
+    vllm = run(cfg, wl, policy="vllm")
+    assert summary["busy_steps"] == sum(1 for rec in res.records if rec.scheduled)
+    assert summary["vllm_busy_steps"] == sum(1 for rec in vllm.records if rec.scheduled)
 
 
 def test_bench_modules_import_each_other_without_a_cycle() -> None:

@@ -58,6 +58,10 @@ def test_dominance_is_strict_in_both_coordinates():
     pts = [{"policy": "a", "wait": 10, "ratio": 0.9}, {"policy": "b", "wait": 9, "ratio": 0.95},
            {"policy": "c", "wait": 9, "ratio": 0.9}, {"policy": "a", "wait": 1, "ratio": 1.0}]
     assert dominated(pts[0], pts) == [pts[1]]  # c ties on ratio; a's own points do not count
+    # equal throughput computed in another order is a tie, not a win
+    tie = [{"policy": "a", "wait": 10, "ratio": 1.0419350993130827},
+           {"policy": "b", "wait": 5, "ratio": 1.0419350993130827 + 6.7e-16}]
+    assert dominated(tie[0], tie) == []
     assert dominated(pts[1], pts) == [pts[3]]
 
 

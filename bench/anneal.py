@@ -12,6 +12,12 @@ figures (`bench.adversarial.evaluate`).
 
     python -m lora_sched.bench.anneal --objective throughput --seed 1 --iters 4000
     python -m lora_sched.bench.anneal --start FAMILY.json --restarts 3 --iters 2000 --seed 13
+    python -m lora_sched.bench.anneal --seed 1 --iters 1000 --max-requests 96 --max-arrival 200
+
+(The last searches a wider space than the hill climb's: up to 96 requests
+arriving over 200 steps, so that streams outlast S and fair's switch price;
+it found `adv-fair-throughput-wide` from the start `adv-fairv4-bound`, which
+`--only adv-fairv4-bound` reproduces alone.)
 
 (`--start`: iterated annealing from one family, each round from the best so
 far; this is how `adv-fairv5-throughput-attack` was found against v5, from
@@ -163,7 +169,15 @@ def main() -> None:
     ap.add_argument("--temp", type=float, default=0.03)
     ap.add_argument("--only", default=None, help="comma-separated start names (constructions or families)")
     ap.add_argument("--start", default=None, help="anneal from this family file (repeatedly, --restarts times)")
+    ap.add_argument("--max-requests", type=int, default=None,
+                    help="widen the space: up to this many requests (default: bench.adversarial.LIMITS, 48)")
+    ap.add_argument("--max-arrival", type=int, default=None,
+                    help="widen the space: arrivals up to this step (default: LIMITS, 40)")
     args = ap.parse_args()
+    if args.max_requests is not None:
+        LIMITS["n"] = (LIMITS["n"][0], args.max_requests)
+    if args.max_arrival is not None:
+        LIMITS["arrival"] = (LIMITS["arrival"][0], args.max_arrival)
     rng = random.Random(f"attack5-{args.seed}-{args.objective}")
     if args.start:
         _, cfg, reqs, _ = load(Path(args.start))

@@ -67,9 +67,10 @@ request of any kind, a later arrival can become r* only after every older
 starving request has been admitted.
 
 Why one victim, and why drain, cohort, priced and gated admissions and the
-switch price (v4-v6; issue 11's frontier). Holding every other adapter cascades (0.27 of `vllm`'s
-throughput on the seed workload in the first version); draining one adapter
-is all it takes to free a slot. v3 held every waiting request of the victim
+switch price (v4-v6; issue 11's frontier). Holding every other adapter
+cascades (0.27 of `vllm`'s throughput on the seed workload in the first
+version); draining one adapter is all it takes to free a slot. v3 held
+every waiting request of the victim
 (the adapter holding its slot longest) while it drained, so the seats stood
 idle until its longest request ended and the held requests then ran alone
 at the end (0.64 of vllm on a searched family); right after r* got in, the
@@ -93,15 +94,16 @@ evicted adapter can be made to wait for a slot; a switch made at least three
 times that far into the run keeps the run >= 0.8 of vllm's (the punished
 families run at 1.000; counting only the slots' holders left a waiting
 32-output request of the victim to run alone at the end: 0.759 on an
-annealed family). And it gates: what was waiting
-when r* was chosen is never held, so under overload, when every request is
-past S and each r* is chosen only once the one before is in, fair serves
-each adapter's waiting queue whole, as vllm does, instead of splitting it
-at every switch (0.790 of vllm under v5 on an annealed max_loras-1 family,
-1.000 under v6; a gate at the step r* had waited S steps still split it:
-0.973). A hill climb over workloads
-finds the worst ratio to vllm per rule: `lora-sched bench --adversarial`;
-`python -m lora_sched.bench.anneal` is a second search.
+annealed family). And it gates: what was waiting when r* was chosen is never
+held, so under overload, when every request is past S and each r* is chosen
+only once the one before is in, fair serves each adapter's waiting queue
+whole, as vllm does, instead of splitting it at every switch (0.790 of vllm
+under v5 on an annealed max_loras-1 family, 1.000 under v6; a gate at the
+step r* had waited S steps still split it: 0.973). What a switch still costs
+when it comes late, T steps into a run and punished by l steps, is
+(T + l) / (T + 2 l): 0.909 on the worst family found, T = 180, l = 20. A hill
+climb over workloads finds the worst ratio to vllm per rule: `lora-sched
+bench --adversarial`; `python -m lora_sched.bench.anneal` is a second search.
 
 Bound. Let P be the largest prompt, L the largest `max_tokens`,
 W = P + L - 1 (the tokens one request computes in one stay in `running`),
@@ -128,11 +130,11 @@ steps of r* being chosen at step t0 (the last term only when S > 0):
   switch-priced admissions, only while r*'s age is below S L / 2 (the
   switch price, 3S/16 per output, is below S/2), that is before
   t0 + ceil(S L / 2) (r* was at least S old at t0); by gated admissions,
-  of requests waiting when r* was chosen at t0: the
-  scan admits in queue order, later arrivals queue behind them, and a step
-  that does not reach the last of them admits one of the at most Qw
-  requests ahead of it or stops on capacity, which frees within D + 1
-  steps, so they are all in before t1 + Qw (D + 1); and by drain
+  of requests waiting when r* was chosen at t0: the scan admits in queue
+  order, later arrivals queue behind them, and a step that does not reach
+  the last of them admits one of the at most Qw requests ahead of it or
+  stops on capacity, which frees within D + 1 steps, so they are all in
+  before t1 + Qw (D + 1); and by drain
   admissions, before the deadline, which is set <= t1 + L and moved only by
   the other kinds, each to at most L steps after it. So its last request
   joins before t1 + L + max(2S, ceil(S L / 2), Qw (D + 1)) and leaves

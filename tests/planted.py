@@ -62,10 +62,6 @@ class SlotHoldersSwitchGuard(FairGuard):
         self.longest = max(left.values(), default=0)
 
 
-class V5Guard(UngatedGuard, FreeSwitchGuard):
-    """fair v5 whole: neither gate nor switch price."""
-
-
 class UnpricedGate(FairGate):
     guard_class = UnpricedGuard
 
@@ -76,10 +72,6 @@ class UngatedGate(FairGate):
 
 class FreeSwitchGate(FairGate):
     guard_class = FreeSwitchGuard
-
-
-class V5Gate(FairGate):
-    guard_class = V5Guard
 
 
 class SlotHoldersSwitchGate(FairGate):

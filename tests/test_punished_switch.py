@@ -19,8 +19,8 @@ v6) is the punished switch again, with the long request already waiting.
 Rule v6 (`policy/fair.py`) answers them with two rules: the switch price
 (nothing of a victim is held before r* has waited 3S/16 steps per output
 left of the longest request present, holding a slot or waiting) and the
-gate (what was waiting when r* was chosen is never held). Each test runs its family under fair and
-under the planted guard that drops that one rule (`tests/planted.py`): fair
+gate (what was waiting when r* was chosen is never held). Each test runs
+its family under fair and under the planted guard that drops that one rule (`tests/planted.py`): fair
 meets the goal, the planted guard falls below it by the mechanism the test
 names, so the check can fail.
 """

@@ -211,7 +211,7 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
     else:  # two adapters, one slot, two seats, a crowd at once: victims with queues (drain, priced, cohorts)
         cfg = Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=rnd.randint(3, 6),
                      starvation_steps=rnd.choice((1, 2, 3, 3)), policy=policy, **mode)
-        n, adapters, last = B.requests, (1, 2), rnd.choice((4, 4, 8))  # 8: a victim's request arrives after r* starved
+        n, adapters, last = B.requests, (1, 2), rnd.choice((4, 4, 8))  # 8: late requests, after r* is chosen
         outputs = None if b.kv_blocks is not None else (1, 3, 8)  # long ones: priced and switch-priced admissions
     kv = b.kv_blocks is not None
     if kv:  # crowded: several requests grow in a small pool at once

@@ -206,7 +206,8 @@ def reevaluate(path: Path) -> dict:
                          "are re-evaluated (search again for the others)")
     ev = evaluate(Instance(cfg, tuple(reqs)), fb["policy"])
     fb.update(ratio_steps=ev.ratio, wait=ev.wait, vllm_wait=ev.vllm_wait, bound=ev.bound)
-    raw["description"] = (f"hill climbing ({fb['iters']} x {fb['restarts']}), worst {fb['objective']}, found "
+    how = fb.get("method") or f"hill climbing ({fb['iters']} x {fb['restarts']})"  # annealed, by hand, ...
+    raw["description"] = (f"{how}, worst {fb['objective']}, found "
                           f"against {fb['found_against']}; under {fb['policy']}: {ev.ratio:.3f} of vllm's "
                           f"throughput (steps), worst wait {ev.wait} (vllm {ev.vllm_wait}), B {ev.bound}")
     save(path, raw)

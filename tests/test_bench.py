@@ -151,6 +151,25 @@ def test_live_trace_summary_counts_the_fair_guard(tmp_path) -> None:
     assert summary["vllm_busy_steps"] == sum(1 for rec in vllm.records if rec.scheduled)
 
 
+def test_live_trace_summary_replays_vllm_on_the_trace_arrivals(tmp_path) -> None:
+    """`vllm_busy_steps` is vllm's, not the traced policy's: on the drainer's
+    worst family the drainer needs more busy steps than vllm on the same
+    arrivals (a summary that re-ran the trace's own policy would give equal
+    counts)."""
+    from dataclasses import replace
+
+    from lora_sched.bench.families import FAMILY_DIR, load
+    from lora_sched.bench.live import trace_summary
+    from lora_sched.policy.driver import Workload, run
+
+    _, cfg, reqs, _ = load(FAMILY_DIR / "adv-drainer-throughput.json")
+    path = tmp_path / "drainer.jsonl"
+    run(replace(cfg, policy="drainer"), Workload(reqs), trace_path=str(path))
+    summary = trace_summary(path)
+    vllm = run(replace(cfg, policy="vllm"), Workload(reqs))
+    assert summary["vllm_busy_steps"] == sum(1 for rec in vllm.records if rec.scheduled) < summary["busy_steps"]
+
+
 def test_bench_modules_import_each_other_without_a_cycle() -> None:
     """bench/'s modules, lazy imports included, form no import cycle (cli -> live -> table/plots, never back)."""
     import ast

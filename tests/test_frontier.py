@@ -155,6 +155,12 @@ def test_reevaluate_measures_a_kept_family_again(tmp_path):
     ev = evaluate(Instance(cfg, tuple(reqs)), "fair")
     assert (raw["found_by"]["ratio_steps"], raw["found_by"]["wait"], raw["found_by"]["bound"]) == \
         (ev.ratio, ev.wait, ev.bound) == (row["ratio_steps"], row["wait"], row["bound"])
+    assert raw["description"].startswith("hill climbing (1500 x 4)")
+    # a family found another way keeps saying how (found_by.method)
+    kept["found_by"]["method"] = "written by hand"
+    path.write_text(json.dumps(kept))
+    reevaluate(path)
+    assert load(path)[3]["description"].startswith("written by hand, worst throughput")
     owned = tmp_path / "adv-owned.json"
     owned.write_text((FAMILY_DIR / "adv-fair-throughput.json").read_text())
     with pytest.raises(ValueError, match="found_against"):

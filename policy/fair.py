@@ -254,10 +254,16 @@ class FairGuard:
         """May `w` become r*? It has waited S steps and can be admitted now."""
         return step - w.waiting_since >= self.starvation_steps and not w.stale
 
-    def _admissible(self, w: Waiting) -> bool:
-        """May `w` (of a victim) be let in? One of rule 4's four admissions."""
-        return w.adapter in self.scan_deadline and (
-            self.gated(w) or self.switch_unpaid() or self.drains(w) or self.priced(w))
+    def admission(self, w: Waiting) -> str | None:
+        """Which of rule 4's four admissions lets `w` (of a victim) in, tried in
+        this order, or None: `w` is held (or its adapter is no victim)."""
+        if w.adapter not in self.scan_deadline:
+            return None
+        for kind, ok in (("gated", self.gated), ("switch", lambda _: self.switch_unpaid()),
+                         ("drain", self.drains), ("priced", self.priced)):
+            if ok(w):
+                return kind
+        return None
 
     def _age(self) -> int:
         return self.step - self.star_since
@@ -308,7 +314,7 @@ class FairGuard:
         for w in self._queue:
             if w.adapter != adapter or w.id == self.star or w.id in self.cohort:
                 continue
-            if not self._admissible(w):
+            if self.admission(w) is None:
                 return True  # `rid`, or a request of its adapter ahead of it, is held
             if w.id == rid:
                 return False

@@ -458,7 +458,7 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     admission), or r* has waited less than S/2 steps per output they have
     left (`2 (step - waiting_since(r*)) < S (max_tokens - generated)`, a
     priced admission). The deadlines judged are those when the scan starts;
-    the step's admissions move them afterwards (`FairStart.moved`).
+    the step's admissions move them afterwards (`schedule`, the `DL` update).
 
     Shared, like `FairGuard`, by the encoded scan and by the declared holds
     of `no_hol_blocking` (as `FairHolds` replays `FairGuard` on a trace).

@@ -128,23 +128,22 @@ class _ExemptionCounter:
                 a = ctx.state.adapter(rid)
                 if g.star is not None and rid != g.star and a in g.victims:
                     w = g._by_id[rid]
-                    kind = ("cohort" if rid in g.cohort else "gated" if g.gated(w)
-                            else "switch" if g.switch_unpaid() else "drain" if g.drains(w) else "priced")
-                    self.counts[kind] += 1
+                    self.counts["cohort" if rid in g.cohort else g.admission(w)] += 1
                     self.counts["moved"] += ctx.step + w.left > g.deadline[a]
                 super().admitted(ctx, rid)
 
         return Counting()
 
 
-# fair's exemptions from the guard's hold, in the order the guard tries them
-# (`FairGuard._admissible`; a cohort member is never held), and moved deadlines.
+# fair's exemptions from the guard's hold (a cohort member is never held; the
+# others are `FairGuard.admission`'s kinds), and moved deadlines.
 EXEMPTIONS = ("cohort", "gated", "switch", "drain", "priced", "moved")
 # Searched families on which all of them occur in sync and async runs; vLLM
 # accepts both (budget >= seats).
 EXEMPTION_FAMILIES = ("adv-fairv5-throughput-overload.json", "adv-fair_cohort-throughput-deep.json")
-# Priced admissions are rare once the switch price holds back every hold; this
-# small workload has one (S = 2): (adapter, max_tokens, arrival), 1-token prompts.
+# Priced admissions are rare under v6 (until the switch is paid, the switch
+# price lets in what the price would); this small workload has one (S = 2):
+# (adapter, max_tokens, arrival), 1-token prompts.
 PRICED_SHAPE = [(1, 1, 1), (1, 8, 2), (2, 3, 3), (1, 8, 7)]
 # A family on which a planted guard diverges from the reference (async).
 PLANTED_FAMILY = "adv-fair_cohort-throughput-deep.json"

@@ -22,7 +22,7 @@ import pytest
 import z3
 from lora_sched.policy import make_gate
 from lora_sched.policy.core import Scheduler
-from lora_sched.policy.fair import SWITCH_PRICE, FairHolds
+from lora_sched.policy.fair import FairHolds
 from lora_sched.proofs import encoding as enc
 from lora_sched.spec.config import Config, throttled
 from lora_sched.spec.observe import Observer
@@ -275,8 +275,6 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
         sure_to_finish = {r for r in st.running if st.reqs[r].placeholders > 0 and st.reqs[r].computed + 1
                           >= st.reqs[r].req.prompt_tokens + st.reqs[r].req.max_tokens}
         star0, _, _, cohort0, _ = python_guard(sched)
-        left0 = {r: st.reqs[r].req.max_tokens - st.reqs[r].generated for r in st.waiting}
-        since0 = {r: st.reqs[r].waiting_since for r in st.waiting}
         rec = sched.step(step, skip, throttle=throttled(cfg, wave))
         wave += 1
         star1, victims1, deadline1, _, _ = python_guard(sched)
@@ -284,12 +282,9 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
         judged = dict(g.scan_deadline) if g is not None else {}
         for rid in rec.admitted:  # fair let a victim's request in while r* still waits
             if star1 is not None and star0 in (None, star1) and st.adapter(rid) in victims1:
-                age, (num, den) = step - since0[star1], SWITCH_PRICE
-                kind = ("(cohort admission)" if rid in cohort0
-                        else "(gated admission)" if cfg.starvation_steps > 0 and since0[rid] <= g.chosen_at
-                        else "(switch-priced admission)" if den * age < num * cfg.starvation_steps * g.longest
-                        else "(drain admission)" if step + left0[rid] <= judged[st.adapter(rid)]
-                        else "(priced admission)")
+                # the kind by the guard's own reading of this scan (coverage, not a property)
+                kind = "cohort" if rid in cohort0 else g.admission(g._by_id[rid])
+                kind = f"({'switch-priced' if kind == 'switch' else kind} admission)"
                 seen[kind] = seen.get(kind, 0) + 1
         if any(d > judged.get(a, d) for a, d in deadline1.items()):  # the step's admissions moved a deadline
             seen["(deadline moved)"] = seen.get("(deadline moved)", 0) + 1

@@ -46,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--optimum", metavar="POLICY", default=None,
                         help="hill-climb a small instance against POLICY, then the best schedule under "
                              "wait bounds by exhaustive search (bench.optimum)")
+    parser.add_argument("--online", action="store_true",
+                        help="judge the pair adv-online-x / -y: no online rule is undominated on both "
+                             "(exhaustive search, bench.online)")
     adv = parser.add_argument_group("adversarial / frontier / optimum modes")
     adv.add_argument("--iters", type=int, default=250, help="hill-climbing steps per restart")
     adv.add_argument("--restarts", type=int, default=2, help="restarts per (policy, objective)")
@@ -115,6 +118,9 @@ def main(args: argparse.Namespace) -> int:
         return main_live(args)
     if args.optimum:
         return main_optimum(args, out)
+    if args.online:
+        from lora_sched.bench.online import report
+        return report(out)
     if args.adversarial or args.frontier:
         return main_search(args, out)
     t_start = time.perf_counter()

@@ -45,7 +45,8 @@ class Optimum:
     states: int  # states explored
 
 
-def _check(cfg: Config, reqs: list[Request]) -> None:
+def inside_abstraction(cfg: Config, reqs: list[Request]) -> None:
+    """Raise `AbstractionError` unless the instance is inside the abstraction (module docstring)."""
     if cfg.kv_blocks is not None or cfg.async_scheduling or cfg.queue != "fcfs" or not cfg.chunked_prefill:
         raise AbstractionError("needs FCFS, synchronous, chunked prefill, unlimited KV")
     if cfg.max_num_batched_tokens < cfg.max_num_seqs * max(r.prompt_tokens for r in reqs):
@@ -56,7 +57,7 @@ def _check(cfg: Config, reqs: list[Request]) -> None:
 def best_schedule(cfg: Config, reqs: list[Request], wait_bound: int | None, *,
                   max_states: int = 2_000_000) -> Optimum:
     """Smallest last step over all schedules in which every request waits <= `wait_bound`."""
-    _check(cfg, reqs)
+    inside_abstraction(cfg, reqs)
     adapters = sorted({r.adapter for r in reqs})
     order = {r.id: i for i, r in enumerate(sorted(reqs, key=lambda r: r.arrival))}  # the driver's arrival order
     queues = {a: sorted((r for r in reqs if r.adapter == a), key=lambda r: order[r.id]) for a in adapters}
@@ -121,7 +122,7 @@ def check_abstraction(cfg: Config, reqs: list[Request]) -> None:
     no later than `vllm`'s last step, and `vllm`'s own schedule, replayed as
     admission choices, is one the search admits (its worst wait as the bound
     must still be feasible)."""
-    _check(cfg, reqs)
+    inside_abstraction(cfg, reqs)
     v_last, v_wait = reference_last_step(cfg, reqs, "vllm")
     free = best_schedule(cfg, reqs, None)
     if free.last_step is None or free.last_step > v_last:

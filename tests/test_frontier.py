@@ -65,6 +65,19 @@ def test_dominance_is_strict_in_both_coordinates():
     assert dominated(pts[1], pts) == [pts[3]]
 
 
+def test_escape_is_what_takes_a_point_off_the_dominated_list():
+    """`escape` gives the ratio (at the point's own wait) and the wait (at its own
+    ratio) that end its domination, and nothing less would."""
+    from lora_sched.bench.frontier import escape
+
+    pts = [{"policy": "a", "wait": 10, "ratio": 0.9}, {"policy": "b", "wait": 9, "ratio": 0.95},
+           {"policy": "c", "wait": 7, "ratio": 0.92}, {"policy": "a", "wait": 1, "ratio": 1.0}]
+    me = pts[0]
+    assert escape(me, pts) == (0.95, 7)
+    assert not dominated({**me, "ratio": 0.95}, pts) and dominated({**me, "ratio": 0.949}, pts)
+    assert not dominated({**me, "wait": 7}, pts) and dominated({**me, "wait": 8}, pts)
+
+
 def test_frontier_points_on_a_family():
     """vllm is the reference (ratio 1); every knobbed policy has one point per knob."""
     inst = known_instance()

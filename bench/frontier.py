@@ -15,9 +15,9 @@ A point is *dominated* when another policy's point has a smaller worst wait
 and a higher ratio. The goals of issue 11: `fair` at its default knob is not
 dominated on any family, and its ratio is >= 0.8 on the adversarial families
 and >= 0.97 on the seed and tuning workloads: printed, not asserted. No rule
-that decides online can meet the first on every family (`bench.online`: a
-pair of families on which every rule is dominated on one), so the table
-also prints, for each family where fair is dominated, what it would take
+that decides online can meet the first on every family (`bench.online`:
+pairs of families on which every rule is dominated on one of each), so the
+table also prints, for each family where fair is dominated, what it would take
 (`escape`).
 """
 

@@ -1,16 +1,19 @@
-"""No online rule is undominated on every family (`bench/online.py`): the pair
-adv-online-x / adv-online-y, judged by exhaustive search, cross-checked
-against the real core and against `bench.optimum`'s separate search."""
+"""No online rule is undominated on every family (`bench/online.py`): the pairs
+adv-online-x / -y and adv-online2-x / -y, judged by exhaustive search,
+cross-checked against the real core and against `bench.optimum`'s separate
+search."""
 
 from __future__ import annotations
 
 import pytest
-from lora_sched.bench.frontier import KNOBBED, KNOBS, dominated, points
+from lora_sched.bench.frontier import DEFAULT_KNOB, KNOBBED, KNOBS, dominated, points
 from lora_sched.bench.online import (
+    CASES,
     FIELD_POLICIES,
     MEASURES,
-    PAIR,
+    PAIRS,
     Tree,
+    dominated_by,
     field_points,
     horizon,
     judge,
@@ -22,48 +25,63 @@ from lora_sched.bench.optimum import best_schedule
 
 ALL_POLICIES = ("blocking", "vllm", "fair", "drainer", "timeslice", "vtc")
 
+# Per pair: the split, the states reachable at split + 1 (a fingerprint: a change
+# to the tree's moves shows here), and the best (steps, worst wait) of X and of Y
+# over every schedule.
+EXPECTED = {
+    PAIRS[0]: (8, 49, [(21, 9)], [(20, 11), (22, 10)]),
+    PAIRS[1]: (5, 90, [(20, 7)], [(13, 5)]),
+}
+
 
 @pytest.fixture(scope="module")
-def pair():
-    return load_pair()
+def pairs():
+    return {pair: load_pair(pair) for pair in PAIRS}
 
 
 @pytest.mark.parametrize("measure", MEASURES)
-def test_no_online_rule_is_undominated_on_both(pair, measure):
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0][0]}-knobs{'-'.join(map(str, c[1]))}"
+                         if isinstance(c, tuple) else str(c))
+def test_no_online_rule_is_undominated_on_both(pairs, case, measure):
     """From every state that any admissions reach by the split, every
     completion on X or every completion on Y is beaten on both coordinates by
-    a point of the field (every policy but fair, at every knob)."""
-    cfg, x, y, split = pair
-    assert split == 8 and [r for r in x if r.arrival <= split] == [r for r in y if r.arrival <= split]
-    v = judge(cfg, x, y, split, measure)
+    a point of the field (every policy but fair, at the case's knobs)."""
+    pair, knobs = case
+    cfg, x, y, split = pairs[pair]
+    assert split == EXPECTED[pair][0]
+    assert [r for r in x if r.arrival <= split] == [r for r in y if r.arrival <= split]
+    assert min(r.arrival for r in x + y if r not in x or r not in y) == split + 1
+    v = judge(cfg, x, y, split, measure, knobs)
     assert v.escapes == 0
-    assert v.states == 49  # fingerprint: a change to the tree's moves shows here
+    assert v.states == EXPECTED[pair][1]
 
 
-def test_the_best_schedules_agree_with_the_optimum_search(pair):
+@pytest.mark.parametrize("pair", PAIRS)
+def test_the_best_schedules_agree_with_the_optimum_search(pairs, pair):
     """The tree's best schedules from the start are what `bench.optimum`'s
     breadth-first search (separate code, arrival order within an adapter)
-    finds, and admitting out of order buys nothing on this pair: X drains in
-    21 steps at best, with a worst wait of 9, and no schedule waits less; Y
-    in 20 steps with a wait of 11, or in 22 with 10, and none waits less than 10."""
-    cfg, x, y, _ = pair
-    for reqs in (x, y):
-        h = horizon(field_points(cfg, reqs), "steps")
-        front = Tree(cfg, reqs, "steps", h).best()
-        assert Tree(cfg, reqs, "steps", h, fifo=True).best() == front
+    finds, and admitting out of order buys nothing on these pairs; each
+    instance alone has a schedule the field does not beat (the proof needs
+    the shared prefix)."""
+    cfg, x, y, split = pairs[pair]
+    for reqs, want in zip((x, y), EXPECTED[pair][2:], strict=True):
+        pts = field_points(cfg, reqs)
+        front = Tree(cfg, reqs, "steps", horizon(pts, "steps")).best()
+        assert front == want
+        assert Tree(cfg, reqs, "steps", horizon(pts, "steps"), fifo=True).best() == front
+        assert any(dominated_by(steps, wait, pts, "steps") is None for steps, wait in front)
         start = min(r.arrival for r in reqs)
         for steps, wait in front:
             assert best_schedule(cfg, reqs, wait).last_step - start + 1 == steps
         assert best_schedule(cfg, reqs, min(w for _, w in front) - 1).last_step is None
-    v = judge(cfg, x, y, 8, "steps")
-    assert v.pareto_x == [(21, 9)] and v.pareto_y == [(20, 11), (22, 10)]
 
 
-def test_every_policy_run_is_a_path_of_the_tree(pair):
+@pytest.mark.parametrize("pair", PAIRS)
+def test_every_policy_run_is_a_path_of_the_tree(pairs, pair):
     """The abstraction holds every rule's run: each policy, at each knob, run
     through the real core, replays move by move through the tree with its own
     steps, seconds (cost model) and worst wait."""
-    cfg, x, y, _ = pair
+    cfg, x, y, _ = pairs[pair]
     for reqs in (x, y):
         for policy in ALL_POLICIES:
             for knob in KNOBS if policy in KNOBBED else (None,):
@@ -74,10 +92,11 @@ def test_every_policy_run_is_a_path_of_the_tree(pair):
                     assert cost == pytest.approx(pt.measure(m), rel=1e-12), (policy, knob, m)
 
 
-def test_fair_at_every_knob_is_dominated_on_one_of_the_pair(pair):
+@pytest.mark.parametrize("pair", PAIRS)
+def test_fair_at_every_knob_is_dominated_on_one_of_each_pair(pairs, pair):
     """The consequence, on the frontier's own points (real core, cost model and
     steps): fair at each knob is dominated on X or on Y."""
-    cfg, x, y, _ = pair
+    cfg, x, y, _ = pairs[pair]
     fronts = [points(cfg, reqs) for reqs in (x, y)]
     for knob in KNOBS:
         for key in ("ratio", "ratio_steps"):
@@ -92,30 +111,38 @@ def test_fair_at_every_knob_is_dominated_on_one_of_the_pair(pair):
 # ---- the checks can fail ---------------------------------------------------------------------
 
 
-def test_a_pair_with_nothing_to_tell_apart_has_an_escape(pair):
+@pytest.mark.parametrize("pair", PAIRS)
+def test_a_pair_with_nothing_to_tell_apart_has_an_escape(pairs, pair):
     """X against itself: a rule that runs X's best schedule is undominated on
     both, and the judge says so (it is not a judge that always says ok)."""
-    cfg, x, _, split = pair
+    cfg, x, _, split = pairs[pair]
     assert judge(cfg, x, x, split).escapes > 0
 
 
-def test_without_the_drainer_the_pair_proves_nothing(pair, monkeypatch):
-    """The verdict rests on the field: X's only best schedule is the drainer's at
-    threshold 0 (21 steps, wait 9); without the drainer in the field, a rule may
-    escape."""
+@pytest.mark.parametrize("pair, needed", [(PAIRS[0], "drainer"), (PAIRS[1], "vtc")])
+def test_without_its_best_field_policy_a_pair_proves_nothing(pairs, monkeypatch, pair, needed):
+    """Each verdict rests on the field: the first pair on the drainer (at
+    threshold 0: X's best schedule is its run, so at the default knob alone
+    it proves nothing either), the second on vtc (Y's best schedule is vtc's
+    run). Without that policy in the field, a rule may escape."""
     import lora_sched.bench.online as online
 
-    cfg, x, y, split = pair
-    assert (21, 9) in {(p.steps, p.wait) for p in field_points(cfg, x) if p.policy == "drainer" and p.knob == 0}
+    cfg, x, y, split = pairs[pair]
     monkeypatch.setattr(online, "field_points", lambda c, r, knobs: field_points(
-        c, r, tuple(p for p in FIELD_POLICIES if p != "drainer"), knobs))
+        c, r, tuple(p for p in FIELD_POLICIES if p != needed), knobs))
     assert online.judge(cfg, x, y, split).escapes > 0
+    monkeypatch.undo()
+    if pair == PAIRS[0]:
+        assert (21, 9) in {(p.steps, p.wait) for p in field_points(cfg, x) if (p.policy, p.knob) == ("drainer", 0)}
+        assert judge(cfg, x, y, split, knobs=(DEFAULT_KNOB,)).escapes > 0
+    else:
+        assert (13, 5) in {(p.steps, p.wait) for p in field_points(cfg, y) if p.policy == "vtc"}
 
 
-def test_a_tree_that_miscounts_a_step_fails_the_replay(pair):
+def test_a_tree_that_miscounts_a_step_fails_the_replay(pairs):
     """Planted: the tree's step cost forgets the prompt tokens; the seconds it
     gives vllm's run no longer match the cost model's."""
-    cfg, x, y, _ = pair
+    cfg, x, _, _ = pairs[PAIRS[0]]
 
     class NoPrompts(Tree):
         def step_cost(self, tokens: int, seqs: int, adapters: int) -> float:
@@ -126,23 +153,25 @@ def test_a_tree_that_miscounts_a_step_fails_the_replay(pair):
     assert cost != pytest.approx(pt.seconds, rel=1e-12)
 
 
-def test_instances_that_differ_before_the_split_are_refused(pair):
-    cfg, x, y, split = pair
+def test_instances_that_differ_before_the_split_are_refused(pairs):
+    cfg, x, y, split = pairs[PAIRS[0]]
     with pytest.raises(ValueError, match="differ in what arrives by step 9"):
         judge(cfg, x, y, split + 1)
 
 
-def test_the_entry_points_judge_the_saved_pair(tmp_path, capsys):
+def test_the_entry_points_judge_the_saved_pairs(tmp_path, capsys):
     """`python -m lora_sched.bench.online` and `lora-sched bench --online`: a line
-    per measure, exit 0, and the verdicts as JSON under --out."""
+    per case and measure, exit 0, and the verdicts as JSON under --out."""
     import json
 
     from lora_sched.cli import main as cli_main
 
     assert main([]) == 0
     out = capsys.readouterr().out
-    assert f"pair {PAIR[0]} / {PAIR[1]}" in out
-    assert out.count("... ok.") == len(MEASURES)
+    for pair in PAIRS:
+        assert f"pair {pair[0]} / {pair[1]}" in out
+    assert out.count("... ok.") == len(CASES) * len(MEASURES)
     assert cli_main(["bench", "--online", "--out", str(tmp_path)]) == 0
-    saved = json.loads((tmp_path / "online.json").read_text())
-    assert [v["escapes"] for v in saved["verdicts"]] == [0, 0] and saved["split"] == 8
+    saved = json.loads((tmp_path / "online.json").read_text())["verdicts"]
+    assert [(tuple(v["pair"]), v["measure"], v["escapes"]) for v in saved] == \
+        [(pair, m, 0) for pair, _ in CASES for m in MEASURES]

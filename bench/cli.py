@@ -47,8 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hill-climb a small instance against POLICY, then the best schedule under "
                              "wait bounds by exhaustive search (bench.optimum)")
     parser.add_argument("--online", action="store_true",
-                        help="judge the pair adv-online-x / -y: no online rule is undominated on both "
-                             "(exhaustive search, bench.online)")
+                        help="judge the saved pairs (adv-online*): every online rule is beaten by the field "
+                             "on one of each (exhaustive search, bench.online)")
     adv = parser.add_argument_group("adversarial / frontier / optimum modes")
     adv.add_argument("--iters", type=int, default=250, help="hill-climbing steps per restart")
     adv.add_argument("--restarts", type=int, default=2, help="restarts per (policy, objective)")

@@ -15,9 +15,9 @@ A point is *dominated* when another policy's point has a smaller worst wait
 and a higher ratio. The goals of issue 11: `fair` at its default knob is not
 dominated on any family, and its ratio is >= 0.8 on the adversarial families
 and >= 0.97 on the seed and tuning workloads: printed, not asserted. No rule
-that decides online can meet the first on every family (`bench.online`:
-pairs of families on which every rule is dominated on one of each), so the
-table also prints, for each family where fair is dominated, what it would take
+outside the field that decides online can meet the first on every family
+(`bench.online`: pairs of families on which every rule is beaten by the
+field on one of each), so the table also prints, for each family where fair is dominated, what it would take
 (`escape`).
 """
 
@@ -114,7 +114,8 @@ def print_table(result: dict[str, list[dict]], policies: tuple[str, ...] = FRONT
         f"{n}: {default_point(p, 'fair')['ratio']:.3f}" for n, p in result.items()))
     beaten = {n: p for n, p in result.items() if dominated(default_point(p, "fair"), p)}
     print(f"\nfair at S = 16 is dominated on {len(beaten)} of {len(result)} families "
-          "(no online rule can avoid all: bench/online.py); what it would take, at its own wait or its own ratio:")
+          "(no online rule outside the field avoids all: bench/online.py); what it would take, "
+          "at its own wait or its own ratio:")
     for n, pts in beaten.items():
         me = default_point(pts, "fair")
         ratio, wait = escape(me, pts)

@@ -21,7 +21,8 @@ least max_num_seqs (vLLM refuses a smaller budget: `vllm_runs`; families
 found before that rule, which vLLM refuses, stay as simulation-only
 families) (chunked prefill on, FCFS, synchronous, unlimited KV: the
 assumptions of fair's bound),
-2-48 requests over adapters 0-6, prompts 1-32, outputs 1-32, arrivals 1-40.
+2-48 requests over adapters 0-6, prompts 1-32, outputs 1-32, arrivals 1-40
+(`--max-requests` and `--max-arrival` widen the last two: `widened`).
 Restarts begin at a random workload and at the issue's known family. The best
 workload of each (policy, objective) is saved under `bench/families/` as a
 named family, for the frontier (`bench.frontier`) and the tests.
@@ -30,6 +31,8 @@ named family, for the frontier (`bench.frontier`) and the tests.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -109,6 +112,23 @@ def random_instance(rng: random.Random) -> Instance:
 def known_instance() -> Instance:
     cfg, reqs = known_family()
     return Instance(cfg, tuple(reqs))
+
+
+@contextmanager
+def widened(max_requests: int | None = None, max_arrival: int | None = None) -> Iterator[None]:
+    """The search space with up to `max_requests` requests arriving up to step
+    `max_arrival` (streams that outlast S and fair's switch price; the wider
+    space of `bench.anneal --max-requests --max-arrival`), restored on exit."""
+    saved = dict(LIMITS)
+    if max_requests is not None:
+        LIMITS["n"] = (LIMITS["n"][0], max_requests)
+    if max_arrival is not None:
+        LIMITS["arrival"] = (LIMITS["arrival"][0], max_arrival)
+    try:
+        yield
+    finally:
+        LIMITS.clear()
+        LIMITS.update(saved)
 
 
 def mutate(inst: Instance, rng: random.Random) -> Instance:

@@ -59,6 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="--adversarial: comma-separated objectives of throughput,wait,bound (default: all)")
     adv.add_argument("--suffix", default="", help="--adversarial: family names end in -SUFFIX")
     adv.add_argument("--families-dir", default=None, help="where families are saved / read (default bench/families)")
+    adv.add_argument("--max-requests", type=int, default=None,
+                     help="--adversarial: widen the space to this many requests (default 48)")
+    adv.add_argument("--max-arrival", type=int, default=None,
+                     help="--adversarial: widen the space to arrivals up to this step (default 40)")
     adv.add_argument("--reevaluate", action="store_true",
                      help="--adversarial: instead of searching, measure again the families kept from earlier "
                           "rules (found_by.found_against) under the current policies")
@@ -252,8 +256,10 @@ def main_search(args: argparse.Namespace, out: Path) -> int:
             rows = [reevaluate(p) for p in sorted(fam_dir.glob("adv-*.json"))
                     if "found_against" in json.loads(p.read_text()).get("found_by", {})]
         else:
-            rows = search(pols, iters=args.iters, restarts=args.restarts, seed=seed, out_dir=fam_dir,
-                          objectives=objs, suffix=args.suffix)
+            from lora_sched.bench.adversarial import widened
+            with widened(args.max_requests, args.max_arrival):
+                rows = search(pols, iters=args.iters, restarts=args.restarts, seed=seed, out_dir=fam_dir,
+                              objectives=objs, suffix=args.suffix)
         report["adversarial"] = rows
         print_rows(rows)
     if args.frontier:

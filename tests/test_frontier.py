@@ -153,6 +153,33 @@ def test_adversarial_cli_narrows_the_search(tmp_path):
                      "--out", str(out)]) == 2
 
 
+def test_the_wider_space_is_reached_and_restored(tmp_path):
+    """`--max-requests / --max-arrival` (`bench.adversarial.widened`): inside,
+    mutations grow a 48-request workload past 48 requests and arrivals past
+    step 40, within the new limits; after, the default space is back (also
+    after a CLI run)."""
+    from lora_sched.bench.adversarial import LIMITS, widened
+
+    before = dict(LIMITS)
+    full = known_instance()
+    full = Instance(full.config, tuple(replace(r, id=f"r{i}", arrival=40)
+                                       for i, r in enumerate((list(full.requests) * 2)[:48])))
+    rng = random.Random(7)
+    with widened(96, 200):
+        sizes, arrivals = [], []
+        inst = full
+        for _ in range(400):
+            inst = mutate(inst, rng)
+            sizes.append(len(inst.requests))
+            arrivals += [r.arrival for r in inst.requests]
+        assert 48 < max(sizes) <= 96 and 40 < max(arrivals) <= 200
+    assert LIMITS == before
+    assert cli_main(["bench", "--adversarial", "--search-policies", "vtc", "--objectives", "wait", "--iters", "2",
+                     "--restarts", "1", "--max-requests", "60", "--max-arrival", "80",
+                     "--families-dir", str(tmp_path), "--out", str(tmp_path / "out")]) == 0
+    assert LIMITS == before
+
+
 def test_reevaluate_measures_a_kept_family_again(tmp_path):
     """`bench --adversarial --reevaluate` rewrites a kept family's figures from
     a fresh run (here: figures planted wrong are put right) and refuses a

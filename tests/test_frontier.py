@@ -71,7 +71,9 @@ def test_escape_is_what_takes_a_point_off_the_dominated_list():
     from lora_sched.bench.frontier import escape
 
     pts = [{"policy": "a", "wait": 10, "ratio": 0.9}, {"policy": "b", "wait": 9, "ratio": 0.95},
-           {"policy": "c", "wait": 7, "ratio": 0.92}, {"policy": "a", "wait": 1, "ratio": 1.0}]
+           {"policy": "c", "wait": 7, "ratio": 0.92}, {"policy": "a", "wait": 1, "ratio": 1.0},
+           # ties do not dominate, so they set no escape: as long a wait but faster, as fast but shorter
+           {"policy": "d", "wait": 10, "ratio": 0.99}, {"policy": "e", "wait": 2, "ratio": 0.9}]
     me = pts[0]
     assert escape(me, pts) == (0.95, 7)
     assert not dominated({**me, "ratio": 0.95}, pts) and dominated({**me, "ratio": 0.949}, pts)

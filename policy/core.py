@@ -71,6 +71,7 @@ class Scheduler:
         self._seq += 1
         self.state.reqs[req.id] = rs
         self.state.enqueue(req.id, front=False)
+        self.gate.enqueued(self.state, req.id)
 
     def abort(self, rid: str) -> bool:
         """Abort wherever it is (vLLM `finish_requests`); False if already done."""
@@ -87,6 +88,8 @@ class Scheduler:
         preempted request in `waiting`), free its blocks, record the outcome."""
         st, rs = self.state, self.state.reqs[rid]
         (st.running if rs.status == "running" else st.waiting).remove(rid)
+        if rs.status == "waiting":
+            self.gate.dequeued(st, rid)
         rs.status = status
         rs.blocks = 0
         st.deferred.discard(rid)
@@ -301,6 +304,7 @@ class Scheduler:
         rs.preemptions += 1
         rs.waiting_since = step
         self.state.enqueue(rid, front=True)
+        self.gate.enqueued(self.state, rid)
 
     # ---- _update_after_schedule / update_from_output ---------------------
     def _update_after_schedule(self, scheduled: dict[str, int]) -> set[str]:

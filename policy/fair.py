@@ -1,109 +1,51 @@
-"""`fair`: vLLM's skip rule with a crash-proof cap and an aging guard (this project's policy).
+"""`fair`: vLLM's skip rule with a crash-proof cap and a starvation guard (this project's policy).
 
-Rule (v6). Two changes to `vllm`:
+The rule, with S = `starvation_steps` its one knob:
 
-*Cap.* The LoRA cap (`spec.cap.cap_blocks`) is counted over the adapters of
-every request in `running`, scheduled this step or not, plus those admitted
-so far; vLLM counts only running requests scheduled this step. A running
+*Cap.* The LoRA cap (`spec.cap.cap_blocks`) counts the adapters of every
+request in `running`, scheduled this step or not, plus those admitted so
+far (vLLM 0.32 counts only running requests scheduled this step). A running
 request left unscheduled (async scheduling's sure-to-finish skip, the DP
-engine core's prefill throttle, pipeline parallelism, the encoder budget)
-keeps its adapter's slot, so no (max_loras+1)-th adapter can join while it
-waits and vLLM's `assert len(scheduled_loras) <= max_loras` cannot fire.
-This gives `running_lora_cap` under async scheduling too.
+prefill throttle, pipeline parallelism, the encoder budget) keeps its
+adapter's slot, so no (max_loras+1)-th adapter joins while it waits and
+vLLM's `assert len(scheduled_loras) <= max_loras` cannot fire.
 
-*Guard.* Each step, when the waiting scan starts, let the *starving* request
-r* be, among the waiting requests that have waited at least
-`S = starvation_steps` steps (since they arrived or were last preempted) and
-have no async output in flight, the oldest: smallest (priority, under the
-priority queue), then the step it joined `waiting`, then arrival order. Any
-request can be r*: a base-model request, one whose adapter is active, one
-whose adapter is not. r* stays r* until it is admitted. Its *age* is the
-steps since it joined `waiting`. Then:
+*Guard*, three mechanisms:
 
-1. the scan visits r* first;
-2. if the cap and capacity let r* in, it is admitted and the scan goes on
-   under the cap above;
-3. if capacity stops r* (seats, token budget, KV blocks for its whole
-   sequence, no chunking, the DP throttle), the scan stops there: vLLM's own
-   stops end the scan, and r* is first in line;
-4. if the cap blocks r* and no victim holds a slot, the guard picks one
-   *victim* among the adapters holding a slot: the one with the fewest
-   waiting requests (its *backlog*), then the one whose longest-running
-   request has the fewest outputs left, then the smallest id. It sets the
-   victim's *deadline*: this step plus those outputs left (the step by which
-   its slot frees if nothing joins it). Until r* is admitted, a waiting
-   request r of a victim is let in only when r and every waiting request of
-   its adapter ahead of it in the queue (outside a cohort) are *admissible*
-   (so FIFO within the adapter holds), where r is admissible when
-   - it was waiting when r* was chosen (it has not left `waiting` since;
-     off at S = 0): a *gated* admission; the switch is made for what
-     arrives after r* was chosen, and the queue already there goes first,
-     as under `vllm` (a finite set); or
-   - r*'s age is less than 3S/16 steps per output left of the longest
-     request present, holding a LoRA slot or waiting (3 per output at the
-     default S = 16; `SWITCH_PRICE`): the *switch price*, since a switch can
-     make a request of the evicted adapter wait for a slot about that long
-     (the slots' holders and r*'s adapter's queue, which takes the freed
-     slot, are among those requests) and then run alone; or
-   - it can end by the deadline (step + its outputs left <= deadline, each
-     output taking a step): a *drain* admission, free for r*; or
-   - r*'s age is less than S/2 steps per output r has left
-     (2 * age < S * outputs left), so holding r, which may run alone later
-     for up to its outputs left, would cost more than 2/S of r*'s wait: a
-     *priced* admission;
-   and a *cohort* member is never held: when an r* is admitted at step t,
-   the requests of its adapter waiting at t form a cohort, exempt until
-   step t + 2S. Each request of a victim admitted while r* waits (gated,
-   switch-priced, drain, priced or cohort) moves the deadline, from the
-   next step on, to the step it can end by, if later: its slot is taken
-   until then anyway. The other adapters keep flowing.
+1. **The oldest starving request goes first.** When a waiting scan starts,
+   r* is the oldest waiting request that has waited at least S steps (since
+   it arrived or was last preempted) and has no async output in flight:
+   smallest (priority, under the priority queue), then the step it joined
+   `waiting`, then arrival order. Any request can be r*: base-model, of an
+   active adapter, of an inactive one. r* stays r* until it is admitted.
+   The scan visits r* first; if capacity stops it (seats, budget, KV for
+   its whole sequence, no chunking, the throttle), the scan stops there, as
+   vLLM's own stops do.
+2. **One victim drains.** If the cap blocks r* and no victim holds a slot,
+   the adapter holding a slot whose longest-running request has the fewest
+   outputs left becomes the victim (then fewest waiting requests, then
+   smallest id), with the *deadline* step + those outputs left: the step by
+   which its slot frees if nothing of it joins. Until r* is admitted the
+   victim's waiting requests are held; every other adapter keeps flowing.
+3. **What ends by the deadline is not held.** A waiting request of the
+   victim whose outputs left fit before the deadline (step + outputs left
+   <= deadline) is let in: the slot is taken until then anyway. Within a
+   scan, once one of the victim's requests is held, its later ones are
+   held too, so FIFO within the adapter holds.
 
-Why "the oldest of any kind". The first design let only LoRA requests of an
-inactive adapter be r*; a base-model request, which can never be one, was
-held back for as long as a stream of later starving LoRA requests lasted,
-each visited first (found by an adversarial search; its wait grew linearly
-with the stream: `tests/test_fair_growth.py`). With r* the oldest starving
-request of any kind, a later arrival can become r* only after every older
-starving request has been admitted.
-
-Why one victim, and why drain, cohort, priced and gated admissions and the
-switch price (v4-v6; issue 11's frontier). Holding every other adapter
-cascades (0.27 of `vllm`'s throughput on the seed workload in the first
-version); draining one adapter is all it takes to free a slot. v3 held
-every waiting request of the victim
-(the adapter holding its slot longest) while it drained, so the seats stood
-idle until its longest request ended and the held requests then ran alone
-at the end (0.64 of vllm on a searched family); right after r* got in, the
-next r* made r*'s own adapter the victim, so each switch of a slot served
-one request (0.37 of vllm on another). A drain admission ends no later than
-the slot frees anyway, a cohort is the queue the switch was made for, and a
-victim without a backlog costs nothing to drain. v4 stopped there and still
-ran at 0.66 of vllm on searched families: a held request that cannot end by
-the deadline runs after r*, often alone, so holding a request with n outputs
-left can cost up to n steps of the whole run to gain r* a few. v5 prices
-that: it holds r only once r* has waited S/2 steps per output of r, so
-r's own outputs, run late, cost at most 2/S of the wait the hold ends (1/8
-at the default S = 16), and lets the deadline follow the requests a victim
-admits, so nothing is held that could end before the slot frees. The switch
-the holds buy is not priced: a long request of the victim that arrives just
-after it loses its slot can still run late and alone (0.627 of vllm on a
-searched family; docs/frontier.md, "the punished switch"). v6 prices the
-switch too: nothing of a victim is held before r* has waited 3S/16 steps per
-output left of the longest request present, about the most a request of the
-evicted adapter can be made to wait for a slot; a switch made at least three
-times that far into the run keeps the run >= 0.8 of vllm's (the punished
-families run at 1.000; counting only the slots' holders left a waiting
-32-output request of the victim to run alone at the end: 0.759 on an
-annealed family). And it gates: what was waiting when r* was chosen is never
-held, so under overload, when every request is past S and each r* is chosen
-only once the one before is in, fair serves each adapter's waiting queue
-whole, as vllm does, instead of splitting it at every switch (0.790 of vllm
-under v5 on an annealed max_loras-1 family, 1.000 under v6; a gate at the
-step r* had waited S steps still split it: 0.973). What a switch still costs
-when it comes late, T steps into a run and punished by l steps, is
-(T + l) / (T + 2 l): 0.909 on the worst family found, T = 180, l = 20. A hill
-climb over workloads finds the worst ratio to vllm per rule: `lora-sched
-bench --adversarial`; `python -m lora_sched.bench.anneal` is a second search.
+Why these and no constant. r* first is what bounds a wait: each request
+that is older when it starves goes first, and a request becomes r* only
+after every older starving one is in. The victim is the slot that frees
+soonest, since r* waits exactly that long for it; a slot whose holder keeps
+receiving requests never frees, which is `vllm`'s starvation, so holding
+the victim is what frees it. A request that ends by the deadline costs r*
+nothing (one output a step, the slot is held that long anyway) and keeps
+the victim's seats busy while it drains. S trades wait for throughput: a
+request that waited fewer than S steps is never put first and never causes
+a hold (S = 0: the oldest waiting request is always first, which makes the
+scan FCFS among requests the cap would block).
+The rule's history (v1-v6 and the exemptions each added) is in
+`docs/fair-history.md`.
 
 Bound. Let P be the largest prompt, L the largest `max_tokens`,
 W = P + L - 1 (the tokens one request computes in one stay in `running`),
@@ -120,70 +62,51 @@ budget-starved, which spends T tokens of the at most N * W that it and the
 requests ahead of it still need, or gets all it asks for: a prefill chunk
 (deferred on at most k - 1 throttled steps in a row) or a decode; async
 scheduling adds the sure-to-finish step and the output that lands one step
-late. A guard ends within G = 3D + 3 + L + max(2S, ceil(S L / 2), Qw (D + 1))
-steps of r* being chosen at step t0 (the last term only when S > 0):
-- until r* is first visited nobody is admitted, so within D + 1 steps
-  `running` empties or the scan reaches r*;
-- if the cap blocks r* then (step t1 <= t0 + D + 1), the victim gains
-  requests by cohort admissions, whose cohorts formed before t0 (a cohort
-  forms only when an r* is admitted) and expire by t0 + 2S; by priced and
-  switch-priced admissions, only while r*'s age is below S L / 2 (the
-  switch price, 3S/16 per output, is below S/2), that is before
-  t0 + ceil(S L / 2) (r* was at least S old at t0); by gated admissions,
-  of requests waiting when r* was chosen at t0: the scan admits in queue
-  order, later arrivals queue behind them, and a step that does not reach
-  the last of them admits one of the at most Qw requests ahead of it or
-  stops on capacity, which frees within D + 1 steps, so they are all in
-  before t1 + Qw (D + 1); and by drain
-  admissions, before the deadline, which is set <= t1 + L and moved only by
-  the other kinds, each to at most L steps after it. So its last request
-  joins before t1 + L + max(2S, ceil(S L / 2), Qw (D + 1)) and leaves
-  `running` within D steps of that. No adapter can take its slot before r*
-  (r* is visited first and the slots are full until then);
-- after that a capacity stop at r* admits nobody, so within D + 1 steps
-  `running` is empty (no decode left: the throttle is off) and r* gets in.
-Every r* chosen once a request r has waited S steps is older than r (r is a
-candidate and the oldest candidate wins; a sticky r* chosen before was older
-still), so it was already waiting when the step r arrived at started (it has
-waited continuously since it last joined `waiting`, no later than r did),
-and each is r* at most once (a preempted request rejoins `waiting`
-younger). Hence, r included, at most Qw guards end before r is in, and every
-request is first admitted within
+late. Lemmas, each a monitor in `tests/test_state_machines.py`:
 
-    B = S + Qw * (3D + 3 + L + max(2S, ceil(S L / 2), Qw (D + 1)))
+- `star_first`: from the step r* is chosen, nobody is admitted before r*
+  in a scan (r* is visited first; a capacity stop at r* ends the scan).
+- `victim_drains` (G1 = L + D): a victim chosen at step t1 holds no slot
+  after t1 + L + D: its running requests leave within D steps, and each of
+  its requests admitted after t1 ends by the deadline <= t1 + L in outputs,
+  so it is admitted before t1 + L and leaves within D of that.
+- `star_admitted_within_G` (G = 3D + L + 3): r* chosen at t0 is admitted by
+  t0 + G. Until the cap blocks it, a capacity stop at r* admits nobody, so
+  within D + 1 steps `running` empties or r* is in or cap-blocked (t1); the
+  victim's slot is free by t1 + L + D (G1) and nobody can take it first;
+  then within D + 1 more steps capacity lets r* in.
+- `guards_ahead`: every r* chosen once a request r has waited S steps is
+  older than r, so it was waiting when r arrived (or last joined waiting),
+  and each is r* once per stay in `waiting`; so at most Qw guards, r's own
+  included, run before r is in, one after the other.
 
-steps of arriving, under these assumptions: every request has the same
+Hence every request is first admitted within
+
+    B = S + Qw * (3D + L + 3)
+
+steps of joining `waiting`: linear in the requests waiting ahead and in the
+longest request, under these assumptions: every request has the same
 priority (FCFS, or the priority queue with one priority: with mixed
 priorities a stream of more urgent requests may delay a less urgent one
 without limit, which is what priorities ask for), and no running request is
 left unscheduled for a reason outside the model (pipeline parallelism,
 encoder budget). Synchronous or async scheduling, KV that can run out and DP
-throttling are all covered. The argument is checked, not trusted: the state
-machines assert B on every run, `tests/test_fair_growth.py` hunts for a wait
-that grows with the stream, and `bench/` reports the worst wait / B a search
-finds per workload family.
+throttling are covered. `bench --realistic` and the adversarial families
+report the worst wait / B found.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from lora_sched.policy.gate import Decision, ScanContext, running_loras
+from lora_sched.policy.gate import Decision, GateBase, ScanContext, running_loras
 from lora_sched.spec.cap import cap_blocks
 from lora_sched.spec.config import Config
 from lora_sched.spec.properties import StepView
 from lora_sched.spec.request import Request
-from lora_sched.spec.state import StepRecord, peak_present, peak_waiting
-
-# The switch price, as a fraction of S per output left of the longest request
-# present (holding a LoRA slot or waiting): 3/16, so 3 steps per output at
-# the default S = 16. A switch T steps into a run can make a request of the
-# evicted adapter wait for a slot about as long as the l outputs the longest
-# of those requests has left, and then run alone: about (T + l) / (T + 2 l) of
-# vllm's throughput, >= 0.8 (issue 11's goal) when T >= 3 l. Scaled by S so
-# that S stays the one knob and S = 0 turns it off.
-SWITCH_PRICE = (3, 16)
+from lora_sched.spec.state import State, StepRecord, peak_present, peak_waiting
 
 
 @dataclass(frozen=True)
@@ -201,13 +124,17 @@ class Waiting:
 
 @dataclass
 class FairGuard:
-    """The guard's decisions and memory, on plain data.
+    """The guard's decisions and memory, on plain data (the module docstring's rule).
 
-    One object serves the reference gate, `fair` inside vLLM
-    (`lora_sched.scheduler`) and the trace checker (`FairHolds`), so the three
-    cannot drift apart. Each feeds it, per step, the waiting queue in order
-    (`begin_scan`), the adapters holding a slot with the outputs left of their
-    longest-running request (`visit_star`), and r*'s admission (`admitted`).
+    One object serves the reference gate (`FairGate`, which vLLM's scheduler
+    classes run through `lora_sched.scheduler.GateMixin`) and the trace
+    checker (`FairHolds`). It keeps the waiting queue indexed as requests
+    join and leave it (`enqueue`, `dequeue`: a heap by (waiting since, arrival
+    order) per priority level, and a count per adapter), so finding r* costs
+    O(log W) per step, not a pass over the queue. Per scan it is told the
+    step (`begin_scan`), the adapters holding a slot when the scan reaches
+    r* (`visit_star`), asked about each request the scan reaches (`holds`),
+    and told of each admission (`admitted`).
     """
 
     starvation_steps: int
@@ -215,127 +142,109 @@ class FairGuard:
     priority_queue: bool = False
     star: str | None = None  # r*, kept from step to step until admitted
     star_adapter: int = 0
-    star_since: int = 0  # step r* joined `waiting` (its age is step - star_since)
-    victims: set[int] = field(default_factory=set)  # adapters held for r*
-    deadline: dict[int, int] = field(default_factory=dict)  # victim -> step its slot frees if nothing joins
-    cohort: dict[str, int] = field(default_factory=dict)  # request -> first step it may be held again
-    step: int = 0
-    _queue: list[Waiting] = field(default_factory=list)  # this scan's waiting queue, in order
-    _by_id: dict[str, Waiting] = field(default_factory=dict)  # the same, by request id
-    scan_deadline: dict[int, int] = field(default_factory=dict)  # the deadlines this scan judges by
-    longest: int = 0  # most outputs left of a request holding a LoRA slot or waiting, when the scan reached r*
     chosen_at: int = 0  # the step r* was chosen (0: no r*)
+    victims: set[int] = field(default_factory=set)  # the victim (at most one holds a slot)
+    deadline: dict[int, int] = field(default_factory=dict)  # victim -> step its slot frees if nothing joins
+    step: int = 0
+    backlog: dict[int, int] = field(default_factory=dict)  # adapter -> waiting requests
+    _waiting: dict[str, tuple[int, int]] = field(default_factory=dict)  # rid -> (waiting since, adapter)
+    _heaps: dict[int, list[tuple[int, int, str]]] = field(default_factory=dict)  # level -> (since, seq, rid)
+    _held: set[int] = field(default_factory=set)  # victims with a request held in this scan (FIFO)
 
-    def _age_key(self, w: Waiting) -> tuple[int, int, int]:
-        return (w.priority if self.priority_queue else 0, w.waiting_since, w.seq)
+    def enqueue(self, w: Waiting) -> None:
+        """`w` joined `waiting` (arrival or preemption)."""
+        if w.id in self._waiting:
+            self.dequeue(w.id)
+        self._waiting[w.id] = (w.waiting_since, w.adapter)
+        self.backlog[w.adapter] = self.backlog.get(w.adapter, 0) + 1
+        level = w.priority if self.priority_queue else 0
+        heapq.heappush(self._heaps.setdefault(level, []), (w.waiting_since, w.seq, w.id))
 
-    def begin_scan(self, step: int, waiting: list[Waiting]) -> str | None:
-        """Find r* when a waiting scan starts (sticky until admitted); returns it or None.
-        `waiting` is the queue in its order."""
-        self.step, self._queue = step, list(waiting)
-        self._by_id = by_id = {w.id: w for w in waiting}
-        self.cohort = {r: until for r, until in self.cohort.items() if r in by_id and until > step}
-        if self.star is not None and self.star not in by_id:
+    def dequeue(self, rid: str) -> None:
+        """`rid` left `waiting` (admitted, aborted, finished); its heap entry goes lazily."""
+        entry = self._waiting.pop(rid, None)
+        if entry is not None:
+            self.backlog[entry[1]] -= 1
+
+    def waiting_ids(self) -> set[str]:
+        return set(self._waiting)
+
+    def begin_scan(self, step: int, stale: Callable[[str], bool] = lambda rid: False) -> str | None:
+        """Find r* when a waiting scan starts (sticky until admitted); returns it,
+        or None when there is none or it cannot be admitted this step (`stale`:
+        its async output is in flight; it stays r*)."""
+        self.step, self._held = step, set()
+        if self.star is not None and self.star not in self._waiting:
             self._clear()  # aborted (or admitted behind the guard's back)
         if self.star is None:
-            ready = [w for w in waiting if self.candidate(step, w)]
-            if ready:
-                star = min(ready, key=self._age_key)
-                self.star, self.star_adapter, self.chosen_at = star.id, star.adapter, step
-        if self.star is None:
+            found = self._oldest_starving(step, stale)
+            if found is not None:
+                self.star, self.star_adapter, self.chosen_at = found, self._waiting[found][1], step
+        if self.star is None or stale(self.star):
             return None
-        self.star_since = by_id[self.star].waiting_since
-        self.scan_deadline = dict(self.deadline)  # admissions of this scan move `deadline` for the next one
-        if by_id[self.star].stale:
-            return None  # cannot be admitted this step; stays r*
         return self.star
 
-    def candidate(self, step: int, w: Waiting) -> bool:
-        """May `w` become r*? It has waited S steps and can be admitted now."""
-        return step - w.waiting_since >= self.starvation_steps and not w.stale
-
-    def admission(self, w: Waiting) -> str | None:
-        """Which of rule 4's four admissions lets `w` (of a victim) in, tried in
-        this order, or None: `w` is held (or its adapter is no victim)."""
-        if w.adapter not in self.scan_deadline:
-            return None
-        for kind, ok in (("gated", self.gated), ("switch", lambda _: self.switch_unpaid()),
-                         ("drain", self.drains), ("priced", self.priced)):
-            if ok(w):
-                return kind
+    def _oldest_starving(self, step: int, stale: Callable[[str], bool]) -> str | None:
+        """The smallest (priority level, waiting since, arrival order) among the
+        waiting requests that waited S steps and are not stale. Per level the
+        candidates are the heap's oldest entries, so the first level whose
+        oldest valid, non-stale entry waited S steps holds the answer."""
+        for level in sorted(self._heaps):
+            heap, skipped, found = self._heaps[level], [], None
+            while heap:
+                since, _seq, rid = heap[0]
+                entry = self._waiting.get(rid)
+                if entry is None or entry[0] != since:
+                    heapq.heappop(heap)  # left `waiting`, or rejoined later under a new entry
+                    continue
+                if step - since < self.starvation_steps:
+                    break  # the oldest of this level has not waited S steps
+                if stale(rid):
+                    skipped.append(heapq.heappop(heap))
+                    continue
+                found = rid
+                break
+            for item in skipped:
+                heapq.heappush(heap, item)
+            if not heap:
+                del self._heaps[level]
+            if found is not None:
+                return found
         return None
-
-    def _age(self) -> int:
-        return self.step - self.star_since
-
-    def gated(self, w: Waiting) -> bool:
-        """`w` was waiting when r* was chosen (it has not left `waiting` since);
-        off at S = 0."""
-        return self.starvation_steps > 0 and w.waiting_since <= self.chosen_at
-
-    def switch_unpaid(self) -> bool:
-        """r* has waited less than 3S/16 steps per output left of the longest
-        request present, holding a LoRA slot or waiting (`SWITCH_PRICE`)."""
-        num, den = SWITCH_PRICE
-        return den * self._age() < num * self.starvation_steps * self.longest
-
-    def drains(self, w: Waiting) -> bool:
-        """`w` can end by its victim's deadline, one output per step."""
-        return self.step + w.left <= self.scan_deadline[w.adapter]
-
-    def priced(self, w: Waiting) -> bool:
-        """r* has waited less than S/2 steps per output `w` has left: holding
-        `w` would cost more than 2/S of r*'s wait."""
-        return 2 * self._age() < self.starvation_steps * w.left
-
-    def backlog(self, adapter: int) -> int:
-        """Waiting requests of `adapter` other than r* (cohort members too: they
-        join its slot all the same)."""
-        return sum(1 for w in self._queue if w.adapter == adapter and w.id != self.star)
 
     def visit_star(self, left: dict[int, int]) -> None:
         """The scan reached r*; `left` maps each adapter holding a slot to the
-        outputs its longest-running request has left. Note the longest request
-        present (the switch price), and pick a victim if the cap blocks r* and
-        no victim holds a slot (rule 4)."""
+        outputs its longest-running request has left. If the cap blocks r*
+        and no victim holds a slot, pick the victim (mechanism 2)."""
         active = set(left)
-        self.longest = max([*left.values(), *(w.left for w in self._queue)], default=0)
         if cap_blocks(active, self.star_adapter, self.max_loras) and not (self.victims & active):
-            victim = min(active, key=lambda a: (self.backlog(a), left[a], a))
-            self.victims.add(victim)
-            self.deadline[victim] = self.scan_deadline[victim] = self.step + left[victim]
+            victim = min(active, key=lambda a: (left[a], self.backlog.get(a, 0), a))
+            self.victims, self.deadline = {victim}, {victim: self.step + left[victim]}
 
-    def holds(self, rid: str, adapter: int) -> bool:
-        """Is `rid` held for r* (rule 4)? A victim's request is held unless it is
-        in a cohort, or it and every waiting request of its adapter ahead of it
-        outside a cohort are admissible."""
-        if self.star is None or rid == self.star or adapter not in self.victims or rid in self.cohort:
+    def drains(self, adapter: int, left: int) -> bool:
+        """A request of victim `adapter` with `left` outputs left ends by the deadline."""
+        return self.step + left <= self.deadline[adapter]
+
+    def holds(self, rid: str, adapter: int, left: int) -> bool:
+        """Is `rid` (of `adapter`, `left` outputs left) held for r*? Only a
+        victim's request, and only one that cannot end by the deadline or
+        comes after one of its adapter held in this scan (mechanism 3)."""
+        if self.star is None or rid == self.star or adapter not in self.victims:
             return False
-        for w in self._queue:
-            if w.adapter != adapter or w.id == self.star or w.id in self.cohort:
-                continue
-            if self.admission(w) is None:
-                return True  # `rid`, or a request of its adapter ahead of it, is held
-            if w.id == rid:
-                return False
-        return False  # not in this scan's queue: not the guard's to hold
+        if adapter in self._held or not self.drains(adapter, left):
+            self._held.add(adapter)
+            return True
+        return False
 
     def admitted(self, rid: str) -> None:
-        """`rid` got in. When it is r*, its adapter's waiting requests form a
-        cohort; when it is a victim's, the victim's deadline moves, from the
-        next step on, to the step `rid` can end by, if later."""
+        """`rid` got in (it leaves the index); when it is r*, the guard is over."""
+        self.dequeue(rid)
         if rid == self.star:
-            until = self.step + 2 * self.starvation_steps
-            self.cohort.update({w.id: until for w in self._queue if w.adapter == self.star_adapter and w.id != rid})
             self._clear()
-            return
-        w = self._by_id.get(rid)
-        if w is not None and w.adapter in self.deadline:
-            self.deadline[w.adapter] = max(self.deadline[w.adapter], self.step + w.left)
 
     def _clear(self) -> None:
-        self.star, self.victims, self.deadline, self.scan_deadline = None, set(), {}, {}
-        self.longest = self.chosen_at = 0
+        self.star, self.star_adapter, self.chosen_at = None, 0, 0
+        self.victims, self.deadline = set(), {}
 
 
 def drain_steps(config: Config, *, max_prompt: int, max_output: int, queue: int | None = None) -> int:
@@ -349,15 +258,17 @@ def drain_steps(config: Config, *, max_prompt: int, max_output: int, queue: int 
         + config.prefill_schedule_interval * chunks + (max_output - 1) + (2 if config.async_scheduling else 0)
 
 
+def guard_steps(drain: int, max_output: int) -> int:
+    """G of the module docstring: r* is admitted within 3D + L + 3 steps of being chosen."""
+    return 3 * drain + max_output + 3
+
+
 def fair_bound(config: Config, *, queue: int, max_prompt: int, max_output: int, waiting: int | None = None) -> int:
     """B of the module docstring for a configuration and workload bounds
     (`waiting` is Qw; without it, Q stands in for it, as Qw <= Q)."""
     d = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
-    s = config.starvation_steps
     qw = queue if waiting is None else waiting
-    gated = qw * (d + 1) if s > 0 else 0
-    guard = 3 * d + 3 + max_output + max(2 * s, -(-s * max_output // 2), gated)
-    return config.starvation_steps + qw * guard
+    return config.starvation_steps + qw * guard_steps(d, max_output)
 
 
 def workload_bound(config: Config, requests: Iterable[Request], *, queue: int | None = None,
@@ -396,56 +307,67 @@ def slot_outputs_left(running: Iterable[tuple[int, int]]) -> dict[int, int]:
     return left
 
 
-class FairGate:
+class FairGate(GateBase):
+    """`fair` in the reference core: `FairGuard` fed from the core's state."""
+
     name = "fair"
     guard_class: type[FairGuard] = FairGuard  # planted bugs (tests/planted.py) swap the guard
 
     def __init__(self) -> None:
         self.guard: FairGuard | None = None
+        self._active: set[int] = set()  # adapters of every running request, kept as the scan admits
 
-    def _guard(self, ctx: ScanContext) -> FairGuard:
+    def _guard(self, state: State) -> FairGuard:
         if self.guard is None:
-            cfg = ctx.state.config
+            cfg = state.config
             self.guard = self.guard_class(cfg.starvation_steps, cfg.max_loras, cfg.queue == "priority")
         return self.guard
 
+    def enqueued(self, state: State, rid: str) -> None:
+        rs = state.reqs[rid]
+        self._guard(state).enqueue(Waiting(rid, rs.req.adapter, rs.waiting_since, rs.seq, rs.req.priority))
+
+    def dequeued(self, state: State, rid: str) -> None:
+        self._guard(state).dequeue(rid)
+
     def scan_order(self, ctx: ScanContext, queue: list[str]) -> list[str]:
-        st = ctx.state
-        waiting = [Waiting(r, st.adapter(r), st.reqs[r].waiting_since, st.reqs[r].seq, st.reqs[r].req.priority,
-                           st.reqs[r].stale > 0, st.reqs[r].req.max_tokens - st.reqs[r].generated)
-                   for r in queue]
-        star = self._guard(ctx).begin_scan(ctx.step, waiting)
+        reqs = ctx.state.reqs
+        self._active = running_loras(ctx)
+        star = self._guard(ctx.state).begin_scan(ctx.step, lambda r: reqs[r].stale > 0)
         if star is None:
             return queue
         return [star] + [r for r in queue if r != star]
 
     def decide(self, ctx: ScanContext, rid: str) -> tuple[Decision, str | None]:
-        guard, st = self._guard(ctx), ctx.state
+        guard, st = self._guard(ctx.state), ctx.state
         if rid == guard.star:
             guard.visit_star(slot_outputs_left((st.adapter(r), st.reqs[r].req.max_tokens - st.reqs[r].generated)
                                                for r in st.running))
-        adapter = st.adapter(rid)
-        if guard.holds(rid, adapter):
+        rs = st.reqs[rid]
+        if guard.holds(rid, rs.req.adapter, rs.req.max_tokens - rs.generated):
             return Decision.SKIP, "fair_guard"
-        if cap_blocks(running_loras(ctx), adapter, st.config.max_loras):
+        if cap_blocks(self._active, rs.req.adapter, st.config.max_loras):
             return Decision.SKIP, "lora_cap"
         return Decision.ADMIT, None
 
     def admitted(self, ctx: ScanContext, rid: str) -> None:
-        self._guard(ctx).admitted(rid)
-
-    def step_done(self, ctx: ScanContext, batch_loras: set[int]) -> None:
-        pass
+        self._guard(ctx.state).admitted(rid)
+        if ctx.state.adapter(rid) > 0:
+            self._active.add(ctx.state.adapter(rid))
 
 
 class FairHolds:
     """The guard's holds as `spec.properties.no_hol_blocking` sees them on a trace.
 
-    Replays `FairGuard` on the observed state alone (waiting order,
+    Runs `FairGuard` on the observed state alone (waiting order,
     waiting-since steps, outputs left, the running requests and admissions
-    of each step), so a trace recorded from `fair` inside vLLM is judged the
-    same way as the reference. It declares two kinds of hold: the guard's
-    victims (`fair_guard`) and fair's cap over every running request's adapter
+    of each step), calling it as `FairGate` does: `begin_scan` when a scan
+    starts, `visit_star` when the scan reaches r* (it does unless the budget
+    or the seats were gone before it: the core's loop checks both before each
+    request), `holds` per request, `admitted` per admission in scan order.
+    So a trace recorded from `fair` inside vLLM is judged by the guard the
+    reference runs. It declares two kinds of hold: the guard's
+    (`fair_guard`) and fair's cap over every running request's adapter
     (`fair_cap`), which is stricter than the cap `no_hol_blocking` applies.
     """
 
@@ -454,25 +376,36 @@ class FairHolds:
         self._order: list[str] = []
         self._base: set[int] = set()
         self._scanned = False
+        self._holds: set[str] = set()
 
     def begin(self, view: StepView) -> str | None:
         rec, cfg = view.rec, view.config
         running = [r for r in rec.running if r not in rec.preempted]
         self._base = {view.adapter[r] for r in running if view.adapter[r] > 0}
-        waiting = [Waiting(r, view.adapter[r], view.waiting_since[r], view.seq[r], view.priority[r],
-                           r in view.in_flight, view.outputs_left[r]) for r in rec.waiting]
-        star = self.guard.begin_scan(rec.step, waiting)
+        g = self.guard
+        now = set(rec.waiting)
+        for rid in g.waiting_ids() - now:
+            g.dequeue(rid)  # admitted (told in `end`) or aborted / finished
+        for rid in rec.waiting:  # arrivals, and requests that rejoined (preempted)
+            entry = g._waiting.get(rid)
+            if entry is None or entry[0] != view.waiting_since[rid]:
+                g.enqueue(Waiting(rid, view.adapter[rid], view.waiting_since[rid], view.seq[rid], view.priority[rid]))
+        star = g.begin_scan(rec.step, view.in_flight.__contains__)
         budget = cfg.max_num_batched_tokens - sum(n for r, n in rec.scheduled.items() if r not in rec.admitted)
+        self._order = ([star] if star is not None else []) + [r for r in rec.waiting if r != star]
         if star is not None and budget > 0 and len(running) < cfg.max_num_seqs:
             self.guard.visit_star(slot_outputs_left((view.adapter[r], view.outputs_left[r]) for r in running))
-        if star is not None and star in rec.admitted:
-            self.guard.admitted(star)
-        self._order = ([star] if star is not None else []) + [r for r in rec.waiting if r != star]
+            if star in rec.admitted:
+                self.guard.admitted(star)  # r* comes first: the rest of the scan runs without a guard
+        # `holds` in scan order, on the requests the scan judges (not r*, not stale)
+        self._holds = {r for r in self._order
+                       if r != star and r not in view.in_flight
+                       and self.guard.holds(r, view.adapter[r], view.outputs_left[r])}
         self._scanned = True
         return star
 
     def hold(self, view: StepView, rid: str) -> str | None:
-        if self.guard.holds(rid, view.adapter[rid]):
+        if rid in self._holds:
             return "fair_guard"
         admitted = set(view.rec.admitted)
         before = self._order[:self._order.index(rid)] if rid in self._order else []

@@ -65,6 +65,17 @@ class Gate(Protocol):
         """Told at the end of every `schedule()`, scan or not, with the batch's adapters."""
         ...
 
+    def enqueued(self, state: State, rid: str) -> None:
+        """Told when `rid` joins `waiting` (arrival, or preemption), after its
+        `waiting_since` is set: a gate may index the queue instead of
+        re-reading it every scan."""
+        ...
+
+    def dequeued(self, state: State, rid: str) -> None:
+        """Told when `rid` leaves `waiting` without being admitted (abort, or a
+        stale async output that finishes it); admissions come to `admitted`."""
+        ...
+
 
 class GateBase:
     """Defaults for a gate: queue order, nothing to remember. A gate overrides
@@ -79,4 +90,10 @@ class GateBase:
         pass
 
     def step_done(self, ctx: ScanContext, batch_loras: set[int]) -> None:
+        pass
+
+    def enqueued(self, state: State, rid: str) -> None:
+        pass
+
+    def dequeued(self, state: State, rid: str) -> None:
         pass

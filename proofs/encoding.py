@@ -98,7 +98,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import z3
-from lora_sched.policy.fair import SWITCH_PRICE
 
 POLICIES = ("blocking", "vllm", "fair")
 
@@ -232,7 +231,6 @@ class StateVars:
     Z: list[z3.BoolRef]  # Z[i]: slot i is r* (`FairGuard.star`); at most one
     V: list[z3.BoolRef]  # V[a-1]: adapter a is a victim (`FairGuard.victims`)
     DL: list[z3.ArithRef]  # DL[a-1]: `FairGuard.deadline[a]`, 0 = absent (steps start at 1)
-    CO: list[z3.ArithRef]  # CO[i]: `FairGuard.cohort[i]` (first step i may be held again), 0 = absent
     ZT: z3.ArithRef  # `FairGuard.chosen_at`: the step r* was chosen, 0 = no r*
     # async scheduling and DP throttling (constant when off):
     pend: list[z3.BoolRef]  # a sampled token's output is in flight (num_output_placeholders = 1)
@@ -269,7 +267,6 @@ def make_state(b: Bounds, tag: str) -> StateVars:
         [z3.Bool(f"Z_{i}@{tag}") for i in R],
         [z3.Bool(f"V_{a}@{tag}") for a in range(1, b.adapters + 1)],
         [z3.Int(f"DL_{a}@{tag}") for a in range(1, b.adapters + 1)],
-        [z3.Int(f"CO_{i}@{tag}") for i in R],
         z3.Int(f"ZT@{tag}"),
         [z3.Bool(f"pend_{i}@{tag}") for i in R],
         [z3.Bool(f"D_{i}@{tag}") for i in R],
@@ -289,7 +286,7 @@ def init(b: Bounds, s: StateVars) -> list[z3.BoolRef]:
     for i in range(b.requests):
         cs += [z3.Not(s.W[i]), z3.Not(s.R[i]), z3.Not(s.F[i]), z3.Not(s.X[i]), z3.Not(s.ever[i]),
                s.computed[i] == 0, s.generated[i] == 0, s.admitted_at[i] == 0, s.arrival[i] == 0,
-               z3.Not(s.Z[i]), s.CO[i] == 0]
+               z3.Not(s.Z[i])]
         if b.general:
             cs += [s.wkey[i] == 0, s.rkey[i] == 0, z3.Not(s.pf[i])]
     for a in range(b.adapters):
@@ -331,7 +328,6 @@ class Mid:
     Z: list[z3.BoolRef]
     V: list[z3.BoolRef]
     DL: list[z3.ArithRef]
-    CO: list[z3.ArithRef]
     pend: list[z3.BoolRef]
     D: list[z3.BoolRef]
     pcb: z3.BoolRef
@@ -417,7 +413,7 @@ def events(b: Bounds, s: StateVars, inp: Inputs) -> tuple[Mid, list[z3.BoolRef]]
     # FCFS general mode: an arrival joins the tail of `waiting` (`order_keys`).
     wkey = [z3.If(inp.arrive[i], t * (n + 1) + i, s.wkey[i]) for i in range(n)] if b.general else list(s.wkey)
     return Mid(t, W, R, list(s.F), X, list(s.computed), list(s.generated),
-               list(s.admitted_at), list(s.ever), arrival, list(s.Z), list(s.V), list(s.DL), list(s.CO),
+               list(s.admitted_at), list(s.ever), arrival, list(s.Z), list(s.V), list(s.DL),
                list(s.pend), D, s.pcb, wave, throttle, wkey, list(s.rkey), list(s.pf), s.ZT), cs
 
 
@@ -429,39 +425,29 @@ def throttled(b: Bounds, wave: z3.ArithRef) -> z3.BoolRef:
 
 def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0: z3.ArithRef,
                mutant: str | None = None, ahead: Callable[[int, int], z3.BoolRef] | None = None) -> FairStart:
-    """`policy.fair.FairGuard` (rule v6) when a waiting scan starts, on the
-    state `m` after arrivals, the adapters `C0` of every running request,
-    and the budget `B0` and seats `seats0` the running phase left.
+    """`policy.fair.FairGuard` when a waiting scan starts, on the state `m`
+    after arrivals, the adapters `C0` of every running request, and the
+    budget `B0` and seats `seats0` the running phase left.
 
-    begin_scan: cohort entries of requests no longer waiting or expired
-    (`CO[i] <= step`) are dropped; r* is kept while it is waiting (sticky,
-    with its victims and deadlines); otherwise it is the oldest waiting
-    request (any adapter, base included) that waited
-    `step - waiting_since >= S` (state `arrival` holds waiting_since); oldest
-    by `FairGuard._age_key` (in the fast path, without preemption or
+    begin_scan: r* is kept while it is waiting (sticky, with its victim and
+    deadline); otherwise it is the oldest waiting request (any adapter, base
+    included) that waited `step - waiting_since >= S` (state `arrival` holds
+    waiting_since); oldest by (priority under the priority queue,
+    waiting_since, seq) (in the fast path, without preemption or
     priorities, that is the first such slot).
     visit_star: the scan reaches r* when budget and seats remain; if the LoRA
     cap over `C0` blocks r* and no current victim is in `C0`, the adapter of
-    `C0` with the smallest (backlog: its waiting requests other than r*,
-    cohort members included; outputs left of its longest-running request;
-    id) becomes a victim, with deadline `step + outputs left`.
-    holds: a waiting request of a victim other than r*, outside the cohort,
-    is held unless it and every waiting request of its adapter ahead of it
-    (`ahead`: queue order, by default `queue_before`; slot order in the fast
-    path) outside the cohort are admissible: they were waiting when r* was
-    chosen (`waiting_since <= ZT`, the step r* was chosen; gated; off at
-    S = 0), or
-    r* has waited less than 3S/16 steps per output left of the longest
-    running LoRA request or waiting request (`16 age < 3 S longest`, the
-    switch price, `policy.fair.SWITCH_PRICE`), or they can end by the
-    deadline (`step + max_tokens - generated <= deadline`, a drain
-    admission), or r* has waited less than S/2 steps per output they have
-    left (`2 (step - waiting_since(r*)) < S (max_tokens - generated)`, a
-    priced admission). The deadlines judged are those when the scan starts;
-    the step's admissions move them afterwards (`schedule`, the `DL` update).
+    `C0` with the smallest (outputs left of its longest-running request;
+    backlog: its waiting requests other than r*; id) becomes the victim,
+    with deadline `step + outputs left`.
+    holds: a waiting request of the victim other than r* is held unless it
+    and every waiting request of its adapter ahead of it (`ahead`: queue
+    order, by default `queue_before`; slot order in the fast path) can end
+    by the deadline (`step + max_tokens - generated <= deadline`, a drain
+    admission).
 
     Shared, like `FairGuard`, by the encoded scan and by the declared holds
-    of `no_hol_blocking` (as `FairHolds` replays `FairGuard` on a trace).
+    of `no_hol_blocking` (as `FairHolds` runs `FairGuard` on a trace).
     `mutant` plants a bug in the scan's copy only (`proofs.mutants`).
     """
     b = p.b
@@ -469,14 +455,13 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     if ahead is None:
         def ahead(j: int, i: int) -> z3.BoolRef:
             return queue_before(p, m, j, i)
-    co = [z3.And(m.W[i], m.CO[i] > t) for i in rng]  # live cohort members
     sticky = z3.Or([z3.And(m.Z[i], m.W[i]) for i in rng])
     if mutant == "star_not_sticky":
         sticky = z3.BoolVal(False)
     cand = [z3.And(m.W[i], t - m.arrival[i] >= p.S) for i in rng]
     if mutant == "star_lora_only":  # fair's first design: a base-model request is never r*
         cand = [z3.And(c, p.adapter[i] > 0) for i, c in enumerate(cand)]
-    if b.general:  # `FairGuard._age_key`: (priority under the priority queue, waiting_since, seq)
+    if b.general:  # `FairGuard._oldest_starving`: (priority under the priority queue, waiting_since, seq)
         def older(j: int, i: int) -> z3.BoolRef:
             if mutant == "star_youngest":
                 j, i = i, j
@@ -511,45 +496,27 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
         slot_left.append(best)
     backlog = [_count([z3.And(m.W[i], p.is_a[i][a], z3.Not(r_star[i])) for i in rng]) for a in range(A)]
 
-    def before(a: int, c: int) -> z3.BoolRef:  # victim key (backlog, slot_left, id) of a < that of c
-        return z3.Or(backlog[a] < backlog[c],
-                     z3.And(backlog[a] == backlog[c], z3.Or(slot_left[a] < slot_left[c],
-                                                            z3.And(slot_left[a] == slot_left[c], a < c))))
+    def before(a: int, c: int) -> z3.BoolRef:  # victim key (slot_left, backlog, id) of a < that of c
+        if mutant == "victim_last_free":  # the slot that frees last
+            return z3.Or(slot_left[a] > slot_left[c], z3.And(slot_left[a] == slot_left[c], a < c))
+        return z3.Or(slot_left[a] < slot_left[c],
+                     z3.And(slot_left[a] == slot_left[c], z3.Or(backlog[a] < backlog[c],
+                                                                z3.And(backlog[a] == backlog[c], a < c))))
 
     pick = [z3.And(add, C0[a], *[z3.Implies(C0[c], before(a, c)) for c in range(A) if c != a]) for a in range(A)]
-    V2 = [z3.Or(V1[a], pick[a]) for a in range(A)]
-    DL2 = [z3.If(pick[a], t + slot_left[a], DL1[a]) for a in range(A)]
+    V2 = [z3.If(add, pick[a], V1[a]) for a in range(A)]
+    DL2 = [z3.If(add, z3.If(pick[a], t + slot_left[a], 0), DL1[a]) for a in range(A)]
     dl_of = [z3.Sum([z3.If(p.is_a[i][a], DL2[a], 0) for a in range(A)]) for i in rng]  # deadline of i's adapter
-    star_since = z3.Sum([z3.If(r_star[j], m.arrival[j], 0) for j in rng])  # state arrival = waiting_since
-    age = t - star_since
-    # S * n as a sum over n's few values (n <= max_output): linear in the symbolic S
-    def s_times(n: z3.ArithRef) -> z3.ArithRef:
-        return z3.Sum([z3.If(n == v, v * p.S, 0) for v in range(1, b.max_output + 1)])
-
-    priced = [2 * age < s_times(left[i]) for i in rng]
-    if mutant == "price_ageless":  # priced whatever r*'s age
-        priced = [z3.BoolVal(True) for _ in rng]
-    # the switch price: den * age < num * S * (most outputs left of a request holding a LoRA slot or waiting)
-    longest: z3.ArithRef = z3.IntVal(0)
-    for a in range(A):
-        longest = z3.If(slot_left[a] > longest, slot_left[a], longest)
-    for i in rng:
-        longest = z3.If(z3.And(m.W[i], left[i] > longest), left[i], longest)
-    num, den = SWITCH_PRICE
-    unpaid = den * age < num * s_times(longest)
-    if mutant == "switch_ageless":  # the switch never paid for, whatever r*'s age
-        unpaid = z3.BoolVal(True)
-    chosen_at = z3.If(sticky, m.ZT, t)  # `FairGuard.chosen_at`
-    gated = [z3.And(p.S > 0, m.arrival[i] <= chosen_at) for i in rng]  # waiting when r* was chosen (off at S = 0)
-    if mutant == "gate_all":  # every waiting request gated
-        gated = [z3.BoolVal(True) for _ in rng]
-    fits = [z3.And(dl_of[i] > 0, z3.Or(gated[i], unpaid, t + left[i] <= dl_of[i], priced[i])) for i in rng]
-    late = [z3.And(m.W[i], z3.Not(r_star[i]), z3.Not(co[i]), z3.Not(fits[i])) for i in rng]
-    held = [z3.And(has_star, z3.Not(r_star[i]), _in(p, i, V2), z3.Not(co[i]),
+    fits = [z3.And(dl_of[i] > 0, t + left[i] <= dl_of[i]) for i in rng]
+    if mutant == "drain_unbounded":  # every request of the victim drains, whatever its length
+        fits = [z3.BoolVal(True) for _ in rng]
+    late = [z3.And(m.W[i], z3.Not(r_star[i]), z3.Not(fits[i])) for i in rng]
+    held = [z3.And(has_star, z3.Not(r_star[i]), _in(p, i, V2),
                    z3.Or(late[i], *[z3.And(late[j], p.adapter[j] == p.adapter[i], ahead(j, i))
                                     for j in rng if j != i]))
             for i in rng]
-    return FairStart(r_star, has_star, V2, reach, blocked, held, DL2, co, chosen_at)
+    chosen_at = z3.If(sticky, m.ZT, t)  # `FairGuard.chosen_at`
+    return FairStart(r_star, has_star, V2, reach, blocked, held, DL2, chosen_at)
 
 
 @dataclass
@@ -563,14 +530,13 @@ class FairStart:
     cap_blocked: z3.BoolRef  # the LoRA cap blocks r*
     held: list[z3.BoolRef]  # held[i]: the guard holds i while r* waits
     deadline: list[z3.ArithRef]  # per adapter after visit_star, 0 = none
-    cohort: list[z3.BoolRef]  # live cohort members when the scan starts
     chosen_at: z3.ArithRef  # the step r* was chosen (this one when it is new)
 
 
 MUTANTS = ("cap_early", "cap_late", "seats_unchecked", "budget_plus_one", "fifo_reversed",
            "drop_running", "guard_off", "star_youngest", "star_lora_only", "throttle_ignored", "async_no_skip",
            "kv_unchecked", "victim_head", "preempt_to_tail", "priority_ignored", "star_priority_ignored",
-           "star_not_sticky", "price_ageless", "switch_ageless", "gate_all")
+           "star_not_sticky", "victim_last_free", "drain_unbounded")
 
 
 def decoding(p: Params, m: Mid, i: int) -> z3.BoolRef:
@@ -749,10 +715,9 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
     def throttle_stop(i: int) -> z3.BoolRef:  # a waiting request needing more than 1 token
         return z3.And(defer, need[i] > 1)
 
-    # --- fair (`policy.fair.FairGuard`, v6): the cap counts every running
-    # request's adapter; r* is sticky, visited first; a victim adapter's
-    # requests are held while r* is cap-blocked, but gated, switch-priced,
-    # drain, priced and cohort ones.
+    # --- fair (`policy.fair.FairGuard`): the cap counts every running
+    # request's adapter; r* is sticky, visited first; the victim adapter's
+    # requests are held while r* waits, but those that end by the deadline.
     r_star = [z3.BoolVal(False) for _ in rng]
     held_on: z3.BoolRef = z3.BoolVal(False)
     V2 = [z3.BoolVal(False) for _ in range(A)]
@@ -911,27 +876,15 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
     if policy == "fair":
         # FairGuard runs only in a step that scans (none after a preemption).
         frozen = z3.Or(idle, any_pre)
-        star_adapter = z3.Sum([z3.If(r_star[j], p.adapter[j], 0) for j in rng])
         for i in rng:
             cs.append(s2.Z[i] == z3.If(frozen, m.Z[i], z3.And(r_star[i], z3.Not(ok0))))
-            # FairGuard.admitted: r*'s adapter's requests waiting when the scan began join a cohort.
-            joins = z3.And(ok0, m.W[i], z3.Not(r_star[i]), p.adapter[i] == star_adapter)
-            cs.append(s2.CO[i] == z3.If(frozen, m.CO[i],
-                                        z3.If(joins, t + 2 * p.S, z3.If(g.cohort[i], m.CO[i], 0))))
         for a in range(A):
             cs.append(s2.V[a] == z3.If(frozen, m.V[a], z3.And(V2[a], z3.Not(ok0))))
-            # FairGuard.admitted: each admitted request of a victim moves its deadline
-            # to the step it can end by, if later (judged from the next scan on).
-            moved = g.deadline[a]
-            for i in rng:
-                end = t + p.max_tokens[i] - m.generated[i]
-                moved = z3.If(z3.And(adm[i], z3.Not(r_star[i]), p.is_a[i][a], g.deadline[a] > 0, end > moved),
-                              end, moved)
-            cs.append(s2.DL[a] == z3.If(frozen, m.DL[a], z3.If(ok0, 0, moved)))
+            cs.append(s2.DL[a] == z3.If(frozen, m.DL[a], z3.If(ok0, 0, g.deadline[a])))
         cs.append(s2.ZT == z3.If(frozen, m.ZT, z3.If(z3.And(g.has_star, z3.Not(ok0)), g.chosen_at, 0)))
     else:
         cs.append(s2.ZT == m.ZT)
-        cs += [s2.Z[i] == m.Z[i] for i in rng] + [s2.CO[i] == m.CO[i] for i in rng]
+        cs += [s2.Z[i] == m.Z[i] for i in rng]
         cs += [s2.V[a] == m.V[a] for a in range(A)] + [s2.DL[a] == m.DL[a] for a in range(A)]
     aux = StepAux(m, n, adm, R_sched, fin, policy, pre)
     return s2, aux, cs
@@ -1013,8 +966,8 @@ def prop_no_hol_blocking(p: Params, aux: StepAux) -> z3.BoolRef:
     admitted before it) left when the replay reaches it. The replay ends at
     the first request for which the budget is spent or the seats are full,
     or, on a throttled step, that needs more than one token (declared
-    stops). Under fair, the guard's holds (a victim's requests, but its
-    cohort and drain admissions) and fair's cap over every running adapter
+    stops). Under fair, the guard's holds (the victim's requests, but its
+    drain admissions) and fair's cap over every running adapter
     are declared holds (`policy.fair.FairHolds`). With a finite KV pool the
     replay also ends at the first request whose whole sequence does not fit
     the blocks left, and a step that preempted is a declared hold as a whole
@@ -1178,8 +1131,7 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
 
     partition: each request is in at most one of W/R/F/X.
     arrival_prefix: slots arrive in order (slot i arrived => slot j<i arrived).
-    unarrived_blank: a request not yet arrived has no tokens, was never admitted,
-      is in no cohort.
+    unarrived_blank: a request not yet arrived has no tokens, was never admitted.
     arrival_steps: arrival (waiting_since) steps are past steps; in slot order
       they are nondecreasing (general mode: among never-admitted requests,
       whose waiting_since is their arrival).
@@ -1202,13 +1154,6 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
     star_first (fair only): r* is at most one arrived request, and a waiting,
       never-admitted r* has no earlier never-admitted waiting request of its
       adapter (and priority).
-    cohort_prefix (fair only): cohort expiries fall along slot order within
-      an adapter (a cohort takes every waiting request of its adapter, and
-      later ones arrive after it) and are at most step + 2S; general mode:
-      the later request may be running too (it keeps its entry until the
-      next scan and may be preempted back), the earlier one is a
-      never-admitted one (a preempted request rejoins `waiting` outside the
-      cohorts formed while it ran).
     order_keys (general mode): running requests have distinct `rkey`s below
       (step + 1)(R + 1); under FCFS waiting requests have distinct `wkey`s in
       (-(step + 1)(R + 1), (step + 1)(R + 1)), never-admitted ones in slot
@@ -1223,7 +1168,7 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
     inv["arrival_prefix"] = z3.And([z3.Implies(s.arrived(i), s.arrived(j)) for i in rng for j in range(i)]
                                    + [s.step >= 0])
     inv["unarrived_blank"] = z3.And([z3.Implies(z3.Not(s.arrived(i)), z3.And(
-        z3.Not(s.ever[i]), s.computed[i] == 0, s.generated[i] == 0, s.CO[i] == 0)) for i in rng])
+        z3.Not(s.ever[i]), s.computed[i] == 0, s.generated[i] == 0)) for i in rng])
     fresh2 = [z3.Not(z3.Or(s.ever[i], s.ever[j])) if gen else z3.BoolVal(True) for i in rng for j in range(i)]
     inv["arrival_steps"] = z3.And([z3.Implies(s.arrived(i), z3.And(s.arrival[i] >= 1, s.arrival[i] <= s.step))
                                    for i in rng]
@@ -1268,13 +1213,6 @@ def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False
                                               fresh_w(j)))
                                 for i in rng for j in range(i)])
     if fair:
-        # general mode: a cohort member keeps its entry while it runs (dropped
-        # at the next scan), and may come back to `waiting` by a preemption.
-        live = [z3.And(z3.Or(s.W[i], s.R[i]) if gen else s.W[i], s.CO[i] > s.step) for i in rng]
-        inv["cohort_prefix"] = z3.And(
-            [z3.Implies(z3.And(live[j], fresh_w(i), p.adapter[i] == p.adapter[j]), s.CO[i] >= s.CO[j])
-             for j in rng for i in range(j)]
-            + [s.CO[i] <= s.step + 2 * p.S for i in rng])
         star_w = [z3.And(s.Z[i], s.W[i], z3.Not(s.ever[i])) if gen else z3.And(s.Z[i], s.W[i]) for i in rng]
         inv["star_first"] = z3.And([_atmost(list(s.Z), 1)] + [z3.Implies(s.Z[i], s.arrived(i)) for i in rng]
                                    + [z3.Not(z3.And(star_w[i], fresh_w(j), p.adapter[j] == p.adapter[i],

@@ -50,7 +50,7 @@ class Template:
         s = enc.make_state(b, "pre")
         self.b = b
         self.mid = enc.Mid(z3.Int("t"), s.W, s.R, s.F, s.X, s.computed, s.generated, s.admitted_at, s.ever,
-                           s.arrival, s.Z, s.V, s.DL, s.CO, s.pend, s.D, s.pcb, s.wave, z3.Bool("throttle"),
+                           s.arrival, s.Z, s.V, s.DL, s.pend, s.D, s.pcb, s.wave, z3.Bool("throttle"),
                            s.wkey, s.rkey, s.pf, s.ZT)
         self.skip = [z3.Bool(f"sk_{i}") for i in range(B.requests)]
         self.post, self.aux, cs = enc.schedule(self.p, policy, self.mid, self.skip, "d")
@@ -65,7 +65,7 @@ class Template:
                m.throttle == throttled(cfg, wave), m.pcb == st.prefill_capacity_bound,
                p.K == (cfg.kv_blocks or 0)]
         gen = self.b.general
-        eqs += guard_eqs(sched, ids, m.Z, m.V, m.DL, m.CO, m.ZT)
+        eqs += guard_eqs(sched, ids, m.Z, m.V, m.DL, m.ZT)
         for i in range(B.requests):
             rid = ids[i] if i < len(ids) else None
             rs = st.reqs.get(rid) if rid else None
@@ -108,8 +108,6 @@ class Template:
                         {a + 1 for a in range(B.adapters) if z3.is_true(mod.eval(post.V[a], model_completion=True))},
                         {a + 1: v for a in range(B.adapters)
                          if (v := mod.eval(post.DL[a], model_completion=True).as_long()) != 0},
-                        {ids[i]: v for i in range(len(ids))
-                         if (v := mod.eval(post.CO[i], model_completion=True).as_long()) != 0},
                         mod.eval(post.ZT, model_completion=True).as_long())
         for i, rid in enumerate(ids):
             for name, var in (("waiting", post.W[i]), ("running", post.R[i]), ("finished", post.F[i]),
@@ -137,21 +135,20 @@ class Template:
         return out
 
 
-def python_guard(sched: Scheduler) -> tuple[str | None, set[int], dict[int, int], dict[str, int], int]:
-    """fair's FairGuard memory (star, victims, deadlines, cohort, the step r* was
+def python_guard(sched: Scheduler) -> tuple[str | None, set[int], dict[int, int], int]:
+    """fair's FairGuard memory (star, victims, deadlines, the step r* was
     chosen); empty for the other gates."""
     g = getattr(sched.gate, "guard", None)
     if g is None:
-        return None, set(), {}, {}, 0
-    return g.star, set(g.victims), dict(g.deadline), dict(g.cohort), g.chosen_at
+        return None, set(), {}, 0
+    return g.star, set(g.victims), dict(g.deadline), g.chosen_at
 
 
-def guard_eqs(sched: Scheduler, ids: list[str], Z: list, V: list, DL: list, CO: list, ZT: z3.ArithRef) -> list:
-    star, victims, deadline, cohort, chosen_at = python_guard(sched)
+def guard_eqs(sched: Scheduler, ids: list[str], Z: list, V: list, DL: list, ZT: z3.ArithRef) -> list:
+    star, victims, deadline, chosen_at = python_guard(sched)
     return ([Z[i] == (i < len(ids) and ids[i] == star) for i in range(B.requests)]
             + [V[a] == (a + 1 in victims) for a in range(B.adapters)]
             + [DL[a] == deadline.get(a + 1, 0) for a in range(B.adapters)]
-            + [CO[i] == (cohort.get(ids[i], 0) if i < len(ids) else 0) for i in range(B.requests)]
             + [ZT == chosen_at])
 
 
@@ -274,20 +271,15 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
         in_flight = {r for r in st.running if st.reqs[r].placeholders > 0}
         sure_to_finish = {r for r in st.running if st.reqs[r].placeholders > 0 and st.reqs[r].computed + 1
                           >= st.reqs[r].req.prompt_tokens + st.reqs[r].req.max_tokens}
-        star0, _, _, cohort0, _ = python_guard(sched)
+        star0, _, _, _ = python_guard(sched)
         rec = sched.step(step, skip, throttle=throttled(cfg, wave))
         wave += 1
-        star1, victims1, deadline1, _, _ = python_guard(sched)
-        g = getattr(sched.gate, "guard", None)
-        judged = dict(g.scan_deadline) if g is not None else {}
-        for rid in rec.admitted:  # fair let a victim's request in while r* still waits
+        star1, victims1, _, _ = python_guard(sched)
+        for rid in rec.admitted:  # fair let a victim's request in while r* still waits: a drain admission
             if star1 is not None and star0 in (None, star1) and st.adapter(rid) in victims1:
-                # the kind by the guard's own reading of this scan (coverage, not a property)
-                kind = "cohort" if rid in cohort0 else g.admission(g._by_id[rid])
-                kind = f"({'switch-priced' if kind == 'switch' else kind} admission)"
-                seen[kind] = seen.get(kind, 0) + 1
-        if any(d > judged.get(a, d) for a, d in deadline1.items()):  # the step's admissions moved a deadline
-            seen["(deadline moved)"] = seen.get("(deadline moved)", 0) + 1
+                seen["(drain admission)"] = seen.get("(drain admission)", 0) + 1
+        if "fair_guard" in rec.holds.values():  # the guard held a victim's request
+            seen["(guard hold)"] = seen.get("(guard hold)", 0) + 1
         if "throttle" in rec.holds.values():  # the scan stopped at a deferred prefill
             seen["(throttle stop)"] = seen.get("(throttle stop)", 0) + 1
         if sure_to_finish and not sure_to_finish & set(rec.scheduled):  # async: left unscheduled
@@ -343,8 +335,7 @@ def compare(policy: str, mode: str, b: enc.Bounds, steps: int) -> dict[str, int]
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("policy", enc.POLICIES)
 def test_smt_step_equals_python_step(policy: str, mode: str) -> None:
-    # fair has the most mechanisms to cover (gated, switch-priced, drain, priced and cohort admissions,
-    # moved deadlines)
+    # fair has the most mechanisms to cover (r* first, the victim's holds, drain admissions)
     seen = compare(policy, mode, MODES[mode], STEPS_PER_CASE * (2 if policy == "fair" else 1))
     # The comparison saw violated states, not only states where both say "holds".
     # (fair keeps every property here: its cap counts every running adapter.)
@@ -352,9 +343,8 @@ def test_smt_step_equals_python_step(policy: str, mode: str) -> None:
                 "fair": set()}[policy]
     if mode == "async_throttle":  # the mechanisms were exercised, not only configured
         expected |= {"(throttle stop)", "(async skip)"}
-    if policy == "fair":  # so were fair's exemptions from the guard's hold, and a moved deadline
-        expected |= {"(cohort admission)", "(drain admission)", "(priced admission)", "(gated admission)",
-                     "(switch-priced admission)", "(deadline moved)"}
+    if policy == "fair":  # so were the guard's holds and its drain admissions
+        expected |= {"(drain admission)", "(guard hold)"}
     assert expected <= set(seen), f"{policy}/{mode}: violations compared {seen}"
     print(f"{policy}/{mode}: violated states compared per property: {seen}")
 

@@ -46,6 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--optimum", metavar="POLICY", default=None,
                         help="hill-climb a small instance against POLICY, then the best schedule under "
                              "wait bounds by exhaustive search (bench.optimum)")
+    parser.add_argument("--realistic", action="store_true",
+                        help="the realistic multi-tenant grid (Zipf adapters, Poisson / on-off arrivals, lognormal "
+                             "lengths; bench.realistic): table, goals on design and held-out sets, plots")
+    parser.add_argument("--large", action="store_true", help="--realistic: the 48-workload grid (default 12)")
     parser.add_argument("--online", action="store_true",
                         help="judge the saved pairs (adv-online*): every online rule is beaten by the field "
                              "on one of each (exhaustive search, bench.online)")
@@ -125,6 +129,9 @@ def main(args: argparse.Namespace) -> int:
     if args.online:
         from lora_sched.bench.online import report
         return report(out)
+    if args.realistic:
+        from lora_sched.bench.realistic import report as realistic_report
+        return realistic_report(out, large=args.large, plots=not args.no_plots)
     if args.adversarial or args.frontier:
         return main_search(args, out)
     t_start = time.perf_counter()

@@ -171,3 +171,59 @@ def publish(paths: list[Path], docs_img: str | None) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     for p in paths:
         shutil.copy(p, dest / f"bench-{p.name}")
+
+
+def realistic_adapters(rows: list[dict], specs: list, path: Path) -> Path:
+    """Per-adapter p99 wait against popularity rank, on the workloads where
+    vllm's tail/head ratio is largest (up to four panels)."""
+    from lora_sched.bench.realistic import DEFAULT_FAIR, label
+
+    by: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        by.setdefault(r["workload"], {})[r["point"]] = r
+    worst = sorted(by, key=lambda w: -by[w]["vllm"]["tail_head"])[:4]
+    fig, axes = plt.subplots(1, len(worst), figsize=(4.5 * len(worst), 4), squeeze=False)
+    for ax, w in zip(axes[0], worst, strict=True):
+        for point in ("vllm", label(DEFAULT_FAIR), "drainer S=16", "timeslice S=16", "vtc"):
+            r = by[w].get(point)
+            if r is None:
+                continue
+            ranks = sorted(int(a) for a in r["adapter_p99"] if int(a) > 0)
+            ax.plot(ranks, [r["adapter_p99"][str(a)] + 1 for a in ranks], ".-", ms=3, lw=1, label=point,
+                    color=color(r["policy"]))
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("adapter popularity rank (1 = most popular)")
+        ax.set_ylabel("p99 wait + 1 (steps)")
+        ax.set_title(w, fontsize=8)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def realistic_tradeoff(rows: list[dict], path: Path) -> Path:
+    """Tail/head mean wait against throughput (vs vllm, cost-model seconds), one
+    point per (workload, policy point); design set filled, held-out hollow."""
+    fig, ax = plt.subplots(figsize=(7, 5))
+    seen: set[str] = set()
+    for r in rows:
+        if r["policy"] == "blocking":
+            continue  # head-of-line blocking: off the chart's throughput range
+        lab = r["point"] if r["point"] not in seen else None
+        seen.add(r["point"])
+        marker = {"fair S=4": "v", "fair S=16": "o", "fair S=64": "^"}.get(r["point"], "s")
+        ax.scatter(r["ratio_s"], r["tail_head"], marker=marker, s=22, label=lab, color=color(r["policy"]),
+                   facecolors=color(r["policy"]) if r["design"] else "none")
+    ax.set_yscale("log")
+    ax.axhline(2.0, color="gray", lw=0.8, ls="--")
+    ax.axvline(0.97, color="gray", lw=0.8, ls="--")
+    ax.set_xlabel("throughput / vllm's (cost-model seconds)")
+    ax.set_ylabel("tail / head mean wait")
+    ax.set_title("realistic grid: filled = design set, hollow = held out")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -11,12 +11,15 @@ One seeded generator (`workload`) turns a `Spec` into requests. The grid
 before any rule is designed or tuned, whether a workload is in the *design*
 set (index divisible by 3) or *held out* (the rest). Reports give both.
 
-Load. Capacity is what the deployed scheduler sustains on this mix: the
-requests `vllm` completes per step when the workload's requests (their
-adapters and lengths) all arrive at once (`capacity`). With few LoRA slots
-and many adapters that is far below the seats' `max_num_seqs / E[output]`,
-since a slot changes hands only when its adapter drains; a load of 1.0 is
-an arrival rate equal to it. Time is in scheduler steps; `bench.costmodel`
+Load, in one of two units (`Spec.unit`). `vllm`: what the deployed
+scheduler sustains on this mix, the requests `vllm` completes per step when
+the workload's requests (their adapters and lengths) all arrive at once
+(`capacity`); with few LoRA slots and many adapters that is far below what
+the seats serve, since a slot changes hands only when its adapter drains.
+`seats`: `max_num_seqs / E[output]` requests a step, what the seats serve
+when every request finds a slot; there, with few slots, the popular
+adapters keep theirs and the rest queue for one (the starvation regime of
+vLLM #16876). A load of 1.0 is an arrival rate equal to the unit. Time is in scheduler steps; `bench.costmodel`
 turns steps into seconds.
 
 Measures (per policy, per workload; `measure`):
@@ -36,6 +39,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 from lora_sched.spec.config import Config
@@ -59,6 +63,7 @@ class Spec:
     max_loras: int
     requests: int
     seed: int
+    unit: str = "vllm"  # the load's unit: "vllm" (`capacity`) or "seats" (max_num_seqs / E[output])
 
     @property
     def design(self) -> bool:
@@ -68,7 +73,7 @@ class Spec:
     @property
     def name(self) -> str:
         return (f"real{self.index:02d}-A{self.adapters}-z{self.alpha:g}-b{self.base:g}-{self.arrivals}"
-                f"-l{self.load:g}-T{self.budget}-m{self.max_loras}")
+                f"-l{self.load:g}{'s' if self.unit == 'seats' else ''}-T{self.budget}-m{self.max_loras}")
 
     def config(self, **overrides: object) -> Config:
         kw: dict = dict(max_loras=self.max_loras, max_num_seqs=SEATS, max_num_batched_tokens=self.budget)
@@ -92,6 +97,11 @@ def _mix(spec: Spec) -> list[tuple[int, int, int]]:
 _CAPACITY: dict[Spec, float] = {}
 
 
+def _mean_output(spec: Spec) -> float:
+    mix = _mix(spec)
+    return sum(o for _, _, o in mix) / len(mix)
+
+
 def capacity(spec: Spec) -> float:
     """Requests per step `vllm` completes on the mix when all of it arrives at
     step 1 (cached per spec)."""
@@ -108,7 +118,8 @@ def workload(spec: Spec) -> list[Request]:
     `capacity`; Poisson, or on/off: 100 busy steps at twice the rate, then
     100 silent ones (the same mean rate)."""
     rng = random.Random(spec.seed + 1)
-    rate = spec.load * capacity(spec)  # requests per step
+    unit = capacity(spec) if spec.unit == "vllm" else SEATS / _mean_output(spec)
+    rate = spec.load * unit  # requests per step
     reqs: list[Request] = []
     t = 1.0
     for i, (adapter, prompt, output) in enumerate(_mix(spec)):
@@ -135,7 +146,8 @@ def grid(*, large: bool = False, requests: int | None = None) -> list[Spec]:
             index=i, adapters=adapters, alpha=rng.choice((0.5, 1.0, 1.5)), base=rng.choice((0.1, 0.2, 0.3)),
             arrivals=rng.choice(("poisson", "onoff")), load=rng.choice((0.3, 0.7, 1.0, 1.5)),
             budget=rng.choice((4096, 8192)), max_loras=rng.choice((2, 4, 8, 16)),
-            requests=requests if requests is not None else (2000 if large else 1200), seed=1000 + i))
+            requests=requests if requests is not None else (1200 if large else 600), seed=1000 + i,
+            unit="seats" if i % 2 else "vllm"))
     return specs
 
 
@@ -158,3 +170,153 @@ def tail_head(waits: dict[str, int], adapter_of: dict[str, int], spec: Spec) -> 
 
 def spec_dict(spec: Spec) -> dict:
     return asdict(spec) | {"name": spec.name, "design": spec.design}
+
+
+# ---- the benchmark ----------------------------------------------------------------------
+
+# (policy, knob): fair at three values of S around its default, the field at
+# its default knob (Config.starvation_steps: the drainer's threshold, the time
+# slice's length), vtc and blocking without one.
+POINTS: tuple[tuple[str, int | None], ...] = (
+    ("vllm", None), ("fair", 4), ("fair", 16), ("fair", 64), ("drainer", 16), ("timeslice", 16), ("vtc", None),
+    ("blocking", None))
+DEFAULT_FAIR = ("fair", 16)
+FIELD = ("drainer", "timeslice", "vtc")
+
+
+def label(point: tuple[str, int | None]) -> str:
+    policy, knob = point
+    return policy if knob is None else f"{policy} S={knob}"
+
+
+def measure(spec: Spec, point: tuple[str, int | None]) -> dict:
+    """One simulated run of `point` on `spec`, with the module docstring's measures
+    (throughput ratios are filled in by `run_grid`, against vllm's run)."""
+    from lora_sched.bench.simulate import simulate_policy
+
+    policy, knob = point
+    reqs = workload(spec)
+    cfg = spec.config() if knob is None else spec.config(starvation_steps=knob)
+    run = simulate_policy(cfg, reqs, policy)
+    waits = run.waits
+    adapter_of = {r.id: r.adapter for r in reqs}
+    per: dict[int, list[int]] = {}
+    for rid, w in waits.items():
+        per.setdefault(adapter_of[rid], []).append(w)
+    v = np.array(list(waits.values()), dtype=float)
+    first = min(r.arrival for r in reqs)
+    return {"workload": spec.name, "point": label(point), "policy": policy, "knob": knob,
+            "steps": run.result.last_step - first + 1, "seconds": run.block["duration_s"],
+            "p50": float(np.percentile(v, 50)), "p99": float(np.percentile(v, 99)), "max": int(v.max()),
+            "tail_head": tail_head(waits, adapter_of, spec),
+            "adapter_p99": {str(a): float(np.percentile(ws, 99)) for a, ws in sorted(per.items())},
+            "sim_s": run.sim_seconds}
+
+
+def _job(args: tuple[Spec, tuple[str, int | None]]) -> dict:
+    return measure(*args)
+
+
+def run_grid(specs: list[Spec], points: tuple[tuple[str, int | None], ...] = POINTS, *, processes: int = 2,
+             progress: object = print) -> list[dict]:
+    """Every point on every spec (in `processes` worker processes), with
+    `ratio_steps` and `ratio_s` against vllm's run of the same spec."""
+    import multiprocessing
+
+    jobs = [(s, p) for s in specs for p in points]
+    rows: list[dict] = []
+    with multiprocessing.get_context("fork").Pool(processes) as pool:
+        for i, row in enumerate(pool.imap_unordered(_job, jobs), 1):
+            rows.append(row)
+            progress(f"  [{i}/{len(jobs)}] {row['workload']} {row['point']}: {row['steps']} steps, "
+                     f"max wait {row['max']}, tail/head {row['tail_head']:.2f} ({row['sim_s']:.1f} s)")
+    base = {r["workload"]: r for r in rows if r["policy"] == "vllm"}
+    design = {s.name: s.design for s in specs}
+    for r in rows:
+        b = base[r["workload"]]
+        r["ratio_steps"] = b["steps"] / r["steps"]
+        r["ratio_s"] = b["seconds"] / r["seconds"] if r["seconds"] else float("nan")
+        r["design"] = design[r["workload"]]
+    order = {s.name: i for i, s in enumerate(specs)}
+    rank = {label(p): i for i, p in enumerate(points)}
+    rows.sort(key=lambda r: (order[r["workload"]], rank[r["point"]]))
+    return rows
+
+
+def goals(rows: list[dict], *, design: bool | None = None) -> list[tuple[str, bool, str]]:
+    """Issue 20's goals on the grid at fair's default knob: (goal, met, figures).
+    `design`: only the design set (True), only the held-out set (False), or all."""
+    sel = [r for r in rows if design is None or r["design"] == design]
+    by: dict[str, dict[str, dict]] = {}
+    for r in sel:
+        by.setdefault(r["workload"], {})[r["point"]] = r
+    fair = label(DEFAULT_FAIR)
+    out: list[tuple[str, bool, str]] = []
+    starving = [w for w, ps in by.items() if ps["vllm"]["tail_head"] > 3]
+    worst = max((by[w][fair]["tail_head"] for w in starving), default=float("nan"))
+    out.append(("tail/head <= 2.0 wherever vllm's exceeds 3", all(by[w][fair]["tail_head"] <= 2.0 for w in starving),
+                f"{len(starving)} such workloads; fair's worst {worst:.2f}"))
+    over = [w for w, ps in by.items() if ps[fair]["max"] > ps["vllm"]["max"]]
+    out.append(("max wait never above vllm's", not over,
+                f"above on {len(over)} of {len(by)}" + (f" (e.g. {over[0]}: {by[over[0]][fair]['max']} vs "
+                                                         f"{by[over[0]]['vllm']['max']})" if over else "")))
+    ratios = [ps[fair]["ratio_s"] for ps in by.values()]
+    out.append(("throughput >= 0.97 of vllm everywhere", min(ratios, default=1) >= 0.97,
+                f"min {min(ratios, default=float('nan')):.3f}"))
+    out.append(("median throughput >= 0.99 of vllm", float(np.median(ratios)) >= 0.99 if ratios else True,
+                f"median {float(np.median(ratios)) if ratios else float('nan'):.3f}"))
+    for other in FIELD:
+        lost = [w for w, ps in by.items()
+                if ps[label((other, 16 if other != 'vtc' else None))]["tail_head"] < ps[fair]["tail_head"]
+                and ps[label((other, 16 if other != 'vtc' else None))]["ratio_s"] > ps[fair]["ratio_s"]]
+        out.append((f"fair not dominated by {other} on (tail/head, throughput)", not lost,
+                    f"dominated on {len(lost)} of {len(by)}" + (f" ({', '.join(lost[:3])})" if lost else "")))
+    return out
+
+
+def table(rows: list[dict]) -> str:
+    """One line per (workload, point)."""
+    head = (f"{'workload':44s} {'policy':13s} {'thr(s)':>7s} {'thr(st)':>7s} {'p50':>6s} {'p99':>7s} "
+            f"{'max':>7s} {'tail/head':>9s}")
+    lines = [head, "-" * len(head)]
+    last = None
+    for r in rows:
+        name = r["workload"] + ("" if r["design"] else " (held out)") if r["workload"] != last else ""
+        last = r["workload"]
+        lines.append(f"{name:44s} {r['point']:13s} {r['ratio_s']:7.3f} {r['ratio_steps']:7.3f} {r['p50']:6.0f} "
+                     f"{r['p99']:7.0f} {r['max']:7d} {r['tail_head']:9.2f}")
+    return "\n".join(lines)
+
+
+def report(out: Path, *, large: bool = False, requests: int | None = None, plots: bool = True,
+           processes: int = 2, results: Path | None = None) -> int:
+    """`lora-sched bench --realistic`: run the grid, print the table and the
+    goals (design set, held-out set, all), write JSON and plots."""
+    import json
+    import time
+
+    specs = grid(large=large, requests=requests)
+    t0 = time.perf_counter()
+    print(f"realistic grid: {len(specs)} workloads ({sum(s.design for s in specs)} design, "
+          f"{sum(not s.design for s in specs)} held out) x {len(POINTS)} policy points", flush=True)
+    rows = run_grid(specs, processes=processes, progress=lambda m: print(m, flush=True))
+    print(table(rows))
+    doc = {"specs": [spec_dict(s) for s in specs], "rows": rows, "goals": {}}
+    for name, sel in (("design", True), ("held out", False), ("all", None)):
+        print(f"\ngoals at {label(DEFAULT_FAIR)}, {name} set:")
+        doc["goals"][name] = []
+        for goal, met, figures in goals(rows, design=sel):
+            print(f"  {goal} ... {'met' if met else 'NOT MET'}. ({figures})")
+            doc["goals"][name].append({"goal": goal, "met": met, "figures": figures})
+    out.mkdir(parents=True, exist_ok=True)
+    for path in [out / "realistic.json"] + ([results] if results is not None else []):
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {path}")
+    if plots:
+        from lora_sched.bench.plots import realistic_adapters, realistic_tradeoff
+
+        for p in (realistic_adapters(rows, specs, out / "realistic-adapters.png"),
+                  realistic_tradeoff(rows, out / "realistic-tradeoff.png")):
+            print(f"wrote {p}")
+    print(f"realistic grid done in {time.perf_counter() - t0:.0f} s")
+    return 0

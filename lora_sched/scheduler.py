@@ -6,12 +6,12 @@
 
 `AsyncFairScheduler` subclasses vLLM's `AsyncScheduler` (the base vLLM tells
 custom schedulers to use, and its default on GPU); `FairScheduler` subclasses
-the synchronous `Scheduler`. Both run `policy.fair.FairGuard`, the object the
-reference policy and the trace checker run, so the three cannot drift apart.
-The field's reference gates run the same way: `DrainerScheduler` (SGLang's
-LoRADrainer), `TimesliceScheduler` (LoRAX's adapter cycle) and `VtcScheduler`
-(VTC), each with an `Async` twin, are `GateMixin` driving the gate object of
-`policy` (`make_gate`) that the reference core runs, from vLLM's own state.
+the synchronous `Scheduler`. Every policy class is `GateMixin` driving the
+gate object of `policy` (`make_gate`) that the reference core runs, fed from
+vLLM's own state: `fair`'s `FairGate` (whose `FairGuard` the trace checker
+runs too, so the three cannot drift apart), and the field's reference gates,
+`DrainerScheduler` (SGLang's LoRADrainer), `TimesliceScheduler` (LoRAX's
+adapter cycle) and `VtcScheduler` (VTC), each with an `Async` twin.
 
 How the policy gets into vLLM. vLLM 0.32 decides LoRA admission inline in
 `Scheduler.schedule()` (a ~900-line method) and offers no hook. Rather than
@@ -62,13 +62,12 @@ import vllm
 import vllm.v1.core.sched.scheduler as _vsched
 from vllm.logger import init_logger
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-from vllm.v1.core.sched.request_queue import PriorityRequestQueue, RequestQueue, SchedulingPolicy
+from vllm.v1.core.sched.request_queue import PriorityRequestQueue, RequestQueue
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
 from lora_sched.conformance.recorder import RecorderMixin, config_of
 from lora_sched.policy import make_gate
-from lora_sched.policy.fair import FairGuard, Waiting, slot_outputs_left
 from lora_sched.policy.gate import Decision, Gate, ScanContext
 from lora_sched.spec.cap import cap_blocks
 from lora_sched.spec.config import Config
@@ -282,12 +281,6 @@ def settings_from(vllm_config: Any) -> dict[str, int]:
 
 # ---- the policies ------------------------------------------------------------------
 
-def _outputs_left(request: Request) -> int:
-    """max_tokens - outputs applied (in-flight async outputs not counted), as
-    `policy.fair.Waiting.left` and `StepView.outputs_left` count them."""
-    return request.max_tokens - request.num_output_tokens
-
-
 def _adapter(request: Request) -> int:
     lora = request.lora_request
     return lora.lora_int_id if lora is not None else 0
@@ -324,103 +317,6 @@ class BlockingMixin(HookedMixin):
         return "stop"
 
 
-class FairMixin(HookedMixin):
-    """`policy.fair` inside vLLM: this class only feeds `FairGuard` vLLM's
-    state and applies its answers."""
-
-    policy_name = "fair"
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        s: Any = self
-        self.starvation_steps = settings_from(s.vllm_config)["starvation_steps"]
-        _log.info("lora_sched: fair on %s, starvation_steps=%d, max_loras=%s", type(self).__name__,
-                  self.starvation_steps, s.lora_config.max_loras if s.lora_config else None)
-        self._since: dict[str, int] = {}  # request id -> step it last joined waiting
-        self._seq: dict[str, int] = {}  # request id -> arrival order (of requests not yet freed)
-        self._arrivals = 0
-        self._guard: FairGuard | None = None
-        self._star: Request | None = None
-        self._let_in: list[Request] = []  # requests this scan's LoRA check let through
-        s.waiting = ScanOrderQueue(s.waiting)
-
-    def guard(self) -> FairGuard:
-        if self._guard is None:
-            s: Any = self
-            self._guard = FairGuard(self.starvation_steps, s.lora_config.max_loras if s.lora_config else 1,
-                                    s.policy == SchedulingPolicy.PRIORITY)
-        return self._guard
-
-    def _active(self) -> set[int]:
-        s: Any = self
-        return {a for a in (_adapter(r) for r in s.running) if a > 0}
-
-    def add_request(self, request: Request) -> None:
-        s: Any = self
-        super().add_request(request)  # type: ignore[misc]
-        self._since[request.request_id] = s.current_step + 1
-        self._seq[request.request_id] = self._arrivals
-        self._arrivals += 1
-
-    def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        s: Any = self
-        super()._preempt_request(request, *args, **kwargs)  # type: ignore[misc]
-        self._since[request.request_id] = s.current_step
-
-    def _before_waiting_scan(self, scheduled_loras: set[int]) -> None:
-        s: Any = self
-        step = s.current_step
-        queue = list(s.waiting)
-        waiting = [Waiting(r.request_id, _adapter(r), self._since.get(r.request_id, step),
-                           self._seq.get(r.request_id, 0), r.priority, r.num_stale_output_tokens > 0,
-                           _outputs_left(r))
-                   for r in queue]
-        star_id = self.guard().begin_scan(step, waiting)
-        self._star = next((r for r in queue if r.request_id == star_id), None)
-        if self._star is not None:
-            s.waiting.pin([self._star])
-
-    def _lora_gate(self, request: Request, scheduled_loras: set[int]) -> str:
-        s: Any = self
-        g = self.guard()
-        star = self._star
-        if star is not None and g.star == star.request_id and star.status == RequestStatus.RUNNING:
-            g.admitted(star.request_id)  # r* got in earlier in this scan: its victims flow again
-        active = self._active()  # every running request, admitted ones included
-        if star is not None and request is star:
-            g.visit_star(slot_outputs_left((_adapter(r), _outputs_left(r)) for r in s.running))
-        adapter = _adapter(request)
-        if g.holds(request.request_id, adapter):
-            return "skip"
-        if s.lora_config is not None and cap_blocks(active, adapter, s.lora_config.max_loras):
-            return "skip"
-        self._let_in.append(request)
-        return "admit"
-
-    def schedule(self, *args: Any, **kwargs: Any) -> Any:
-        s: Any = self
-        try:
-            out = super().schedule(*args, **kwargs)  # type: ignore[misc]
-        finally:
-            s.waiting.unpin()
-        star, self._star = self._star, None
-        let_in, self._let_in = self._let_in, []
-        g = self.guard()
-        if star is not None and g.star == star.request_id and star.status == RequestStatus.RUNNING:
-            g.admitted(star.request_id)
-        for r in let_in:  # the scan's other admissions (they move a victim's deadline)
-            if r is not star and r.status == RequestStatus.RUNNING:
-                g.admitted(r.request_id)
-        return out
-
-    def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
-        """Every finished or aborted request passes here: forget it (a long-running
-        server must not keep one entry per request ever served)."""
-        self._since.pop(request.request_id, None)
-        self._seq.pop(request.request_id, None)
-        return super()._free_request(request, *args, **kwargs)  # type: ignore[misc]
-
-
 class GateMixin(HookedMixin):
     """Any reference gate (`policy.gate.Gate`) inside vLLM's `schedule()`.
 
@@ -435,7 +331,11 @@ class GateMixin(HookedMixin):
     - `admitted(ctx, rid)` once a request it let through has joined
       `running` (seen at the next LoRA check, or when `schedule()` returns),
       before any later request is decided, as the core tells it;
-    - `step_done(ctx, batch_loras)` after every `schedule()`.
+    - `step_done(ctx, batch_loras)` after every `schedule()`;
+    - `enqueued(state, rid)` when a request joins `waiting` (`add_request`,
+      `_preempt_request`) and `dequeued(state, rid)` when one leaves it
+      without being admitted (`_free_request` of a waiting request), so a
+      gate can index the queue (`fair`'s r* in O(log W)).
 
     `ctx.scheduled_loras` is vLLM's own `scheduled_loras` set, which its scan
     grows. `ctx.state` is `mirror`, a `spec.state.State` kept from vLLM's
@@ -476,6 +376,7 @@ class GateMixin(HookedMixin):
                           int(request.priority))
         self.mirror.reqs[request.request_id] = ReqState(req=req, seq=self._arrivals, waiting_since=arrival)
         self._arrivals += 1
+        self.gate.enqueued(self.mirror, request.request_id)
 
     def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> None:
         s: Any = self
@@ -483,10 +384,13 @@ class GateMixin(HookedMixin):
         rs = self.mirror.reqs[request.request_id]
         rs.waiting_since, rs.status = s.current_step, "waiting"
         rs.preemptions += 1
+        self.gate.enqueued(self.mirror, request.request_id)
 
     def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         rs = self.mirror.reqs.get(request.request_id)
         if rs is not None:
+            if rs.status == "waiting":
+                self.gate.dequeued(self.mirror, request.request_id)
             rs.generated = request.num_output_tokens
             rs.status = "aborted" if request.status == RequestStatus.FINISHED_ABORTED else "finished"
             (self.mirror.aborted if rs.status == "aborted" else self.mirror.finished).add(request.request_id)
@@ -570,6 +474,12 @@ class TimesliceMixin(GateMixin):
     """`timeslice`: LoRAX's adapter cycle (`policy.timeslice.TimesliceGate`)."""
 
     policy_name = "timeslice"
+
+
+class FairMixin(GateMixin):
+    """`fair`: `policy.fair.FairGate` (the reference gate, its `FairGuard`)."""
+
+    policy_name = "fair"
 
 
 class VtcMixin(GateMixin):

@@ -497,8 +497,6 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     backlog = [_count([z3.And(m.W[i], p.is_a[i][a], z3.Not(r_star[i])) for i in rng]) for a in range(A)]
 
     def before(a: int, c: int) -> z3.BoolRef:  # victim key (slot_left, backlog, id) of a < that of c
-        if mutant == "victim_last_free":  # the slot that frees last
-            return z3.Or(slot_left[a] > slot_left[c], z3.And(slot_left[a] == slot_left[c], a < c))
         return z3.Or(slot_left[a] < slot_left[c],
                      z3.And(slot_left[a] == slot_left[c], z3.Or(backlog[a] < backlog[c],
                                                                 z3.And(backlog[a] == backlog[c], a < c))))
@@ -536,7 +534,7 @@ class FairStart:
 MUTANTS = ("cap_early", "cap_late", "seats_unchecked", "budget_plus_one", "fifo_reversed",
            "drop_running", "guard_off", "star_youngest", "star_lora_only", "throttle_ignored", "async_no_skip",
            "kv_unchecked", "victim_head", "preempt_to_tail", "priority_ignored", "star_priority_ignored",
-           "star_not_sticky", "victim_last_free", "drain_unbounded")
+           "star_not_sticky", "drain_unbounded")
 
 
 def decoding(p: Params, m: Mid, i: int) -> z3.BoolRef:

@@ -40,10 +40,6 @@ SKIP = replace(SMALL, skip=True)  # running requests may go unscheduled
 WAIT = enc.Bounds(requests=4, adapters=2, max_prompt=1, max_output=2, max_loras=(1, 1), max_num_seqs=(4, 4),
                   max_num_batched_tokens=(8, 8), starvation_steps=(0, 0), last_arrival=3)
 WAIT_WORST = 3
-# Two slots, three adapters: the victim's choice matters (which slot frees first).
-VICTIM = enc.Bounds(requests=4, adapters=3, max_prompt=1, max_output=3, max_loras=(2, 2), max_num_seqs=(4, 4),
-                    max_num_batched_tokens=(8, 8), starvation_steps=(1, 1), last_arrival=2)
-VICTIM_WORST = 3
 # A finite KV pool (preemption) and the priority queue: the general mode.
 KV = replace(SMALL, kv_blocks=(1, 4))
 PRIO = replace(SMALL, priority=True)
@@ -81,8 +77,6 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant("drain_unbounded", "fair's drain admission lets in every request of the victim, whatever its "
            "outputs left (the victim never drains)",
            "fair", "bounded_wait", WAIT, 10, WAIT_WORST),
-    Mutant("victim_last_free", "fair's victim is the adapter whose slot frees last",
-           "fair", "bounded_wait", VICTIM, 12, VICTIM_WORST),
     Mutant("star_youngest", "fair's r* is the youngest starving request instead of the oldest",
            "fair", "no_hol_blocking", replace(SMALL, max_loras=(1, 1)), 4),
     Mutant("throttle_ignored", "the DP throttle defers nothing",

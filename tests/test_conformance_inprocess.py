@@ -111,9 +111,10 @@ def test_fair_under_vllm_defaults_async_kv_throttle(tmp_path):
     assert preempted >= 20 and throttled >= 20, (preempted, throttled)
 
 
-class _ExemptionCounter:
-    """fair's gate, counting the victims' requests it lets in while r* waits,
-    by kind, and the admissions that move a victim's deadline."""
+class _MechanismCounter:
+    """fair's gate, counting how often each mechanism decides: r* admitted
+    first, a victim's request held, a victim's request let in because it ends
+    by the deadline (a drain admission)."""
 
     def __new__(cls):
         from lora_sched.policy.fair import FairGate
@@ -121,30 +122,27 @@ class _ExemptionCounter:
         class Counting(FairGate):
             def __init__(self) -> None:
                 super().__init__()
-                self.counts = dict.fromkeys(EXEMPTIONS, 0)
+                self.counts = dict.fromkeys(MECHANISMS, 0)
+
+            def decide(self, ctx, rid):
+                decision, why = super().decide(ctx, rid)
+                self.counts["held"] += why == "fair_guard"
+                return decision, why
 
             def admitted(self, ctx, rid):
-                g = self._guard(ctx)
-                a = ctx.state.adapter(rid)
-                if g.star is not None and rid != g.star and a in g.victims:
-                    w = g._by_id[rid]
-                    self.counts["cohort" if rid in g.cohort else g.admission(w)] += 1
-                    self.counts["moved"] += ctx.step + w.left > g.deadline[a]
+                g = self._guard(ctx.state)
+                if g.star is not None:
+                    self.counts["star" if rid == g.star else "drain" if ctx.state.adapter(rid) in g.victims
+                                else "other"] += 1
                 super().admitted(ctx, rid)
 
         return Counting()
 
 
-# fair's exemptions from the guard's hold (a cohort member is never held; the
-# others are `FairGuard.admission`'s kinds), and moved deadlines.
-EXEMPTIONS = ("cohort", "gated", "switch", "drain", "priced", "moved")
-# Searched families on which all of them occur in sync and async runs; vLLM
-# accepts both (budget >= seats).
-EXEMPTION_FAMILIES = ("adv-fairv5-throughput-overload.json", "adv-fair_cohort-throughput-deep.json")
-# Priced admissions are rare under v6 (until the switch is paid, the switch
-# price lets in what the price would); this small workload has one (S = 2):
-# (adapter, max_tokens, arrival), 1-token prompts.
-PRICED_SHAPE = [(1, 1, 1), (1, 8, 2), (2, 3, 3), (1, 8, 7)]
+MECHANISMS = ("star", "held", "drain", "other")
+# Searched families on which every mechanism decides in sync and async runs;
+# vLLM accepts both (budget >= seats).
+MECHANISM_FAMILIES = ("adv-fairv5-throughput-overload.json", "adv-fair_cohort-throughput-deep.json")
 # A family on which a planted guard diverges from the reference (async).
 PLANTED_FAMILY = "adv-fair_cohort-throughput-deep.json"
 
@@ -158,74 +156,68 @@ def _family(name: str, async_scheduling: bool):
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
-def test_fair_exemptions_inside_vllm(tmp_path, async_scheduling):
-    """fair's exemptions from the guard's hold (a victim's requests that were
-    waiting when r* was chosen, that come while the switch is unpaid, that end
-    by its deadline, or whose hold would cost more than r* has waited; the
-    cohort of the last r*) and the deadlines its admissions move decide the
-    same inside vLLM as in the reference, on workloads where all occur: zero
-    divergences and every claim, no_hol_blocking included (its declared
-    holds replay the guard from the trace alone)."""
-    from lora_sched.policy.driver import Workload, run
-    from lora_sched.spec.config import Config
-    from lora_sched.spec.request import Request
+def test_fair_mechanisms_inside_vllm(tmp_path, async_scheduling):
+    """fair's three mechanisms (r* admitted first, the victim's requests
+    held, its drain admissions) decide the same inside vLLM as in the
+    reference, on workloads where all occur: zero divergences and every
+    claim, no_hol_blocking included (its declared holds run the guard on the
+    trace alone)."""
+    from lora_sched.policy.driver import run
 
-    counts = dict.fromkeys(EXEMPTIONS, 0)
-    priced = (Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=4, starvation_steps=2, policy="fair",
-                     async_scheduling=async_scheduling),
-              Workload([Request(f"r{i}", a, 1, out, arr) for i, (a, out, arr) in enumerate(PRICED_SHAPE)]))
-    for cfg, wl in [_family(name, async_scheduling) for name in EXEMPTION_FAMILIES] + [priced]:
-        gate = _ExemptionCounter()
+    counts = dict.fromkeys(MECHANISMS, 0)
+    for cfg, wl in [_family(name, async_scheduling) for name in MECHANISM_FAMILIES]:
+        gate = _MechanismCounter()
         run(cfg, wl, gate=gate)
         counts = {k: counts[k] + gate.counts[k] for k in counts}
         _check(cfg, wl, tmp_path, "fair")
-    assert all(counts.values()), counts
+    assert all(counts[k] for k in ("star", "held", "drain")), counts
 
 
 def _late_deadline(guard_class):
     class Late(guard_class):
-        """each victim's deadline 20 outputs late: lets in requests the reference holds"""
+        """the victim's deadline 20 outputs late: lets in requests the reference holds"""
 
         def visit_star(self, left: dict[int, int]) -> None:
-            super().visit_star({a: n + 20 for a, n in left.items()})
+            super().visit_star(left)
+            self.deadline = {a: d + 20 for a, d in self.deadline.items()}
 
     return Late
 
 
-def _deadline_never_moves(guard_class):
-    class Fixed(guard_class):
-        """a victim's admissions never move its deadline: holds requests the reference lets in"""
+def _oldest_not_first(guard_class):
+    class Youngest(guard_class):
+        """r* is the *youngest* starving request: admits requests the reference holds"""
 
-        def admitted(self, rid: str) -> None:
-            if rid == self.star:
-                super().admitted(rid)
+        def _oldest_starving(self, step, stale):
+            ready = [rid for rid, (since, _a) in self._waiting.items()
+                     if step - since >= self.starvation_steps and not stale(rid)]
+            return ready[-1] if ready else None
 
-    return Fixed
+    return Youngest
 
 
-@pytest.mark.parametrize("plant", [_late_deadline, _deadline_never_moves])
+@pytest.mark.parametrize("plant", [_late_deadline, _oldest_not_first])
 def test_planted_guard_in_vllm_is_caught(tmp_path, plant):
     """The check above can fail: `AsyncFairScheduler` with a planted guard
-    (a deadline 20 outputs late; a deadline that admissions never move)
-    diverges from the reference on a searched family."""
+    (a deadline 20 outputs late; r* the youngest starving request) diverges
+    from the reference on a searched family."""
     from lora_sched.conformance.inprocess import run_workload
-    from lora_sched.policy.fair import FairGuard
+    from lora_sched.policy.fair import FairGate, FairGuard
     from lora_sched.policy.replay import replay
     from lora_sched.spec.trace import read_trace
 
     from lora_sched.scheduler import AsyncFairScheduler
 
-    bug = plant(FairGuard)
+    class PlantedGate(FairGate):
+        guard_class = plant(FairGuard)
 
     class Planted(AsyncFairScheduler):
-        def guard(self) -> FairGuard:
-            if self._guard is None:
-                g = super().guard()
-                self._guard = bug(g.starvation_steps, g.max_loras, g.priority_queue)
-            return self._guard
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.gate = PlantedGate()
 
     cfg, wl = _family(PLANTED_FAMILY, True)
     path = tmp_path / "planted.jsonl"
     run_workload(cfg, wl, path, policy="fair", scheduler_class=Planted)
     out = replay(read_trace(str(path)), "fair")
-    assert not out.ok, f"{bug.__doc__} inside vLLM went unnoticed"
+    assert not out.ok, f"{PlantedGate.guard_class.__doc__} inside vLLM went unnoticed"

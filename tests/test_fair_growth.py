@@ -6,8 +6,8 @@ length must not exceed the worst wait at the shortest length, in every
 configuration variant the bound covers (sync, async, DP throttle, both),
 and must stay within B. The check is shown able to fail: the first design
 of fair (`tests/planted.py`) grows on the base-model family, and `vllm`
-grows on the starvation family, and so does fair without the age in its
-price (`UnpricedGate`).
+grows on the starvation family, and so does fair whose drain admissions
+ignore the deadline (`UnboundedDrainGate`).
 """
 
 from __future__ import annotations
@@ -22,11 +22,10 @@ from lora_sched.policy.fair import observed_bound
 from lora_sched.policy.workloads import FAMILIES, behind_lora_stream
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
-from planted import LoraOnlyStarGate, UnpricedGate
+from planted import LoraOnlyStarGate, UnboundedDrainGate
 
-# The shortest stream outlasts fair's price at S = 16 (a victim's request with
-# n outputs left is held once r* has waited 8n steps: 128 on the 16-output
-# starvation family), so a wait that still grows past it is a real growth.
+# The shortest stream is ten times S = 16 and the longest output of the
+# families, so a wait that still grows past it is a real growth.
 LENGTHS = (160, 320, 640)
 VARIANTS = {
     "sync": {},
@@ -85,16 +84,16 @@ def test_planted_lora_only_star_grows_and_is_caught(family):
         assert worst[-1] <= worst[0]
 
 
-def test_planted_unpriced_admissions_grow_and_are_caught():
-    """fair v5 lets a victim's request in while r* has waited less than S/2
-    steps per output it has left; r* ages, so these admissions end.
-    Without the age (`UnpricedGuard`) the victim never drains: on the
-    starvation family the adapter-3 request waits for the whole stream, so
-    the growth check above can fail on a wrong price."""
+def test_planted_unbounded_drain_grows_and_is_caught():
+    """fair lets a victim's request in only when it ends by the deadline, so
+    the victim drains. Without the deadline (`UnboundedDrainGuard`) the
+    victim never drains: on the starvation family the adapter-3 request
+    waits for the whole stream, so the growth check above can fail on a
+    wrong drain rule."""
     worst = []
     for n in LENGTHS:
         cfg, wl = FAMILIES["starvation"](n)
-        worst.append(_worst(run(replace(cfg, policy="fair"), wl, gate=UnpricedGate())))
+        worst.append(_worst(run(replace(cfg, policy="fair"), wl, gate=UnboundedDrainGate())))
     assert worst[0] < worst[1] < worst[2] and worst[2] - worst[0] >= LENGTHS[2] - LENGTHS[0], worst
 
 

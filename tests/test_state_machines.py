@@ -27,15 +27,18 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import replace
 
+import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from lora_sched.policy import EVERY_RUNNING_CAP, FAIR_CAP, claims, make_gate
 from lora_sched.policy.core import Scheduler
 from lora_sched.policy.driver import Workload, run
-from lora_sched.policy.fair import FairHolds, bound_applies, fair_bound, workload_bound
+from lora_sched.policy.fair import FairHolds, bound_applies, drain_steps, fair_bound, guard_steps, workload_bound
 from lora_sched.policy.replay import replay
+from lora_sched.policy.workloads import starvation_stream
 from lora_sched.spec.check import check_trace
 from lora_sched.spec.config import Config, throttled
 from lora_sched.spec.observe import Observer
@@ -133,7 +136,7 @@ class PolicyMachine(RuleBasedStateMachine):
         self.peak_waiting = max(self.peak_waiting, len(st_.waiting))
         throttle = throttled(self.cfg, self.wave)
         self.wave += 1
-        rec = self.sched.step(self.t, skip, throttle=throttle)
+        rec = self.last_rec = self.sched.step(self.t, skip, throttle=throttle)
         note(f"step {self.t}: skip={sorted(skip)} throttle={throttle}")
         if self.cfg.async_scheduling:
             if self.held is not None:
@@ -204,8 +207,58 @@ class VllmMachine(PolicyMachine):
     policy = "vllm"
 
 
+def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_prompt: int, max_output: int,
+                    queue: int, victim_since: dict[tuple[str, int], int]) -> str | None:
+    """The lemmas of `policy.fair`'s bound, checked after step `step` (`rec`)
+    of a fair run; `star0` is r* before the step; `victim_since` remembers
+    when each (r*, victim) pair was first seen. None, or the broken lemma.
+
+    - `star_first`: a scan that admits r* admits it first;
+    - `victim_drains`: a victim chosen at step t1 holds no slot after
+      t1 + L + D while r* waits;
+    - `star_admitted_within_G`: r* chosen at t0 is admitted (or aborted) by
+      t0 + G, G = `guard_steps(D, L)`."""
+    g, st_ = sched.gate.guard, sched.state
+    if g is None:
+        return None
+    d = drain_steps(sched.config, max_prompt=max_prompt, max_output=max_output, queue=queue)
+    if star0 is not None and star0 in rec.admitted and rec.admitted[0] != star0:
+        return f"star_first: r* {star0} admitted after {rec.admitted[:rec.admitted.index(star0)]} at step {step}"
+    if g.star is None:
+        return None
+    if step - g.chosen_at > guard_steps(d, max_output):
+        return (f"star_admitted_within_G: r* {g.star} chosen at {g.chosen_at} still waits at {step} "
+                f"> G = {guard_steps(d, max_output)}")
+    for v in g.victims:
+        since = victim_since.setdefault((g.star, v), step)
+        if step - since > max_output + d and any(st_.reqs[r].req.adapter == v for r in st_.running):
+            return (f"victim_drains: victim {v} chosen at {since} still holds a slot at {step} "
+                    f"> t1 + L + D = {since + max_output + d}")
+    return None
+
+
 class FairMachine(PolicyMachine):
+    """fair, plus the lemmas of its bound as monitors (`lemma_violation`),
+    after every step where the bound applies (one priority, no step skipped
+    running requests: the skip is outside the model). D and L come from the
+    run's bounds (`max_prompt`, `max_output`, at most MAX_REQUESTS present),
+    upper bounds on the workload's own."""
+
     policy = "fair"
+
+    def _step(self, skip=frozenset()):
+        g = self.sched.gate.guard
+        star0 = g.star if g is not None else None
+        super()._step(skip)
+        if self.skipped or len(self.priorities) > 1:
+            return
+        broken = lemma_violation(self.sched, self.last_rec, self.t, star0, max_prompt=self.b.max_prompt,
+                                 max_output=self.b.max_output, queue=MAX_REQUESTS, victim_since=self.victim_since)
+        assert broken is None, broken
+
+    @initialize()
+    def monitors(self):
+        self.victim_since: dict[tuple[str, int], int] = {}
 
 
 TestBlocking = BlockingMachine.TestCase
@@ -299,3 +352,49 @@ def test_async_abort_after_last_step_replays():
         assert any(getattr(e, "id", None) == "r1" for e in trace.events)  # the abort is recorded
         result = replay(trace)
     assert result.ok, str(result.divergence)
+
+
+# Found by a random search over small KV-bound workloads (seed 63): a request
+# preempted at step 9 rejoins the head of `waiting`, younger than r*.
+NOT_FIRST_CASE = (Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=8, kv_blocks=4, block_size=2,
+                         starvation_steps=1, policy="fair"),
+                  [Request("r0", 2, 1, 4, 6), Request("r1", 0, 1, 2, 3), Request("r2", 0, 3, 3, 6),
+                   Request("r3", 2, 1, 2, 6), Request("r4", 0, 2, 2, 3), Request("r5", 2, 3, 1, 1)])
+
+
+def _first_broken_lemma(cfg: Config, reqs: list[Request], gate) -> str | None:
+    sched = Scheduler(cfg, gate)
+    since: dict = {}
+    for t in range(1, 1000):
+        for r in reqs:
+            if r.arrival == t:
+                sched.add(r)
+        if not sched.has_work():
+            if t > max(r.arrival for r in reqs):
+                return None
+            continue
+        star0 = sched.gate.guard.star if sched.gate.guard is not None else None
+        rec = sched.step(t)
+        broken = lemma_violation(sched, rec, t, star0, max_prompt=max(r.prompt_tokens for r in reqs),
+                                 max_output=max(r.max_tokens for r in reqs), queue=len(reqs), victim_since=since)
+        if broken:
+            return broken
+    return None
+
+
+@pytest.mark.parametrize("planted", ["drain", "not_first"])
+def test_lemma_monitors_catch_planted_bugs(planted):
+    """Each monitor can fail, and the real rule keeps it on the same input:
+    fair whose drain admissions ignore the deadline breaks `victim_drains` on
+    the starvation stream; fair whose scan does not put r* first breaks
+    `star_first` once a preempted request rejoins the head of the queue."""
+    from planted import NotFirstGate, UnboundedDrainGate
+
+    if planted == "drain":
+        cfg, wl = starvation_stream(200)
+        cfg, reqs, bug, want = replace(cfg, policy="fair"), wl.requests, UnboundedDrainGate(), "victim_drains"
+    else:
+        (cfg, reqs), bug, want = NOT_FIRST_CASE, NotFirstGate(), "star_first"
+    broken = _first_broken_lemma(cfg, reqs, bug)
+    assert broken is not None and broken.startswith(want), broken
+    assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None

@@ -53,6 +53,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from lora_sched.spec.config import Config
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,11 @@ class CostModel:
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
+
+    def max_step_seconds(self, config: Config) -> float:
+        """The longest a step can take under `config`: a full token budget, every
+        seat scheduled, `max_loras` adapters (turns a bound in steps into seconds)."""
+        return self.step_time(StepFeatures(config.max_num_batched_tokens, config.max_num_seqs, config.max_loras))
 
     def describe(self) -> str:
         return (f"t = {self.t0 * 1e3:.3f} ms + {self.k_tok * 1e6:.3f} us/token"

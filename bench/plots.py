@@ -173,18 +173,16 @@ def publish(paths: list[Path], docs_img: str | None) -> None:
         shutil.copy(p, dest / f"bench-{p.name}")
 
 
-def realistic_adapters(rows: list[dict], specs: list, path: Path) -> Path:
+def realistic_adapters(rows: list[dict], path: Path) -> Path:
     """Per-adapter p99 wait against popularity rank, on the workloads where
     vllm's tail/head ratio is largest (up to four panels)."""
-    from lora_sched.bench.realistic import DEFAULT_FAIR, label
-
     by: dict[str, dict[str, dict]] = {}
     for r in rows:
         by.setdefault(r["workload"], {})[r["point"]] = r
     worst = sorted(by, key=lambda w: -by[w]["vllm"]["tail_head"])[:4]
     fig, axes = plt.subplots(1, len(worst), figsize=(4.5 * len(worst), 4), squeeze=False)
     for ax, w in zip(axes[0], worst, strict=True):
-        for point in ("vllm", label(DEFAULT_FAIR), "drainer S=16", "timeslice S=16", "vtc"):
+        for point in ("vllm", "fair S=16", "drainer S=16", "timeslice S=16", "vtc"):
             r = by[w].get(point)
             if r is None:
                 continue

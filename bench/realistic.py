@@ -315,7 +315,7 @@ def report(out: Path, *, large: bool = False, requests: int | None = None, plots
     if plots:
         from lora_sched.bench.plots import realistic_adapters, realistic_tradeoff
 
-        for p in (realistic_adapters(rows, specs, out / "realistic-adapters.png"),
+        for p in (realistic_adapters(rows, out / "realistic-adapters.png"),
                   realistic_tradeoff(rows, out / "realistic-tradeoff.png")):
             print(f"wrote {p}")
     print(f"realistic grid done in {time.perf_counter() - t0:.0f} s")

@@ -55,6 +55,7 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
+from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -196,19 +197,31 @@ class ScanOrderQueue(RequestQueue):
     priority heap). While a scan is pinned, requests vLLM puts back
     (`prepend_requests`, its skipped requests) are restored to the order the
     queue had when the scan started, so the scan order reorders nothing that
-    outlives the scan."""
+    outlives the scan. One pinned request in an FCFS queue (`fair`'s r*) is
+    put back in O(visited): its place then is its place when the scan began
+    less the requests ahead of it that the scan took out (the skipped ones
+    come back in visit order, which is queue order); otherwise the queue is
+    re-sorted by the order it had when the scan began."""
 
     def __init__(self, inner: RequestQueue) -> None:
         self.inner = inner
         self.front: list[Request] = []
         self._order: dict[str, int] | None = None
+        self._pinned: Request | None = None  # the one pinned request of the O(visited) path
+        self._place = 0  # its index in the FCFS queue when the scan began
+        self._popped: list[Request] = []  # requests the scan took out, in visit order
 
     def pin(self, order: Iterable[Request]) -> None:
         self.front = list(order)
-        self._order = {r.request_id: i for i, r in enumerate(self.inner)}
+        self._popped = []
+        if len(self.front) == 1 and isinstance(self.inner, deque):
+            self._pinned, self._order = self.front[0], None
+            self._place = self.inner.index(self._pinned) if self._pinned in self.inner else 0
+        elif self.front:
+            self._pinned, self._order = None, {r.request_id: i for i, r in enumerate(self.inner)}
 
     def unpin(self) -> None:
-        self.front, self._order = [], None
+        self.front, self._order, self._pinned, self._popped = [], None, None, []
 
     def _head(self) -> Request | None:
         while self.front and self.front[0] not in self.inner:
@@ -223,8 +236,12 @@ class ScanOrderQueue(RequestQueue):
         if head is not None:
             self.front.pop(0)
             self.inner.remove_request(head)
-            return head
-        return self.inner.pop_request()
+            out = head
+        else:
+            out = self.inner.pop_request()
+        if self._pinned is not None:
+            self._popped.append(out)
+        return out
 
     def peek_request(self) -> Request:
         head = self._head()
@@ -234,7 +251,18 @@ class ScanOrderQueue(RequestQueue):
         self.inner.prepend_request(request)
 
     def prepend_requests(self, requests: Iterable[Request]) -> None:
+        requests = list(requests)
         self.inner.prepend_requests(requests)
+        star = self._pinned
+        if star is not None and any(r is star for r in requests):
+            back = {id(r) for r in requests}
+            ahead = [r for r in self._popped if r is not star][:self._place]
+            place = self._place - sum(1 for r in ahead if id(r) not in back)
+            if place:
+                inner: Any = self.inner
+                inner.remove(star)
+                inner.insert(place, star)
+            return
         order = self._order
         if order is not None and not isinstance(self.inner, PriorityRequestQueue):
             rest = list(self.inner)
@@ -356,6 +384,11 @@ class GateMixin(HookedMixin):
         s: Any = self
         self.starvation_steps = settings_from(s.vllm_config)["starvation_steps"]
         self.gate: Gate = make_gate(self.policy_name)
+        # A gate with `front` indexes `waiting` from enqueued / dequeued and
+        # pins only the requests it visits first: the mirror's `waiting` is not
+        # rebuilt each step (`_sync_running`).
+        self._indexed = hasattr(self.gate, "front")
+        self._resumed: set[str] = set()  # preempted, maybe with async output in flight
         self.mirror = State(config_of(s, self.policy_name))
         _log.info("lora_sched: %s on %s, starvation_steps=%d, max_loras=%s", self.policy_name,
                   type(self).__name__, self.starvation_steps, s.lora_config.max_loras if s.lora_config else None)
@@ -384,6 +417,7 @@ class GateMixin(HookedMixin):
         rs = self.mirror.reqs[request.request_id]
         rs.waiting_since, rs.status = s.current_step, "waiting"
         rs.preemptions += 1
+        self._resumed.add(request.request_id)
         self.gate.enqueued(self.mirror, request.request_id)
 
     def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
@@ -397,8 +431,37 @@ class GateMixin(HookedMixin):
             self._freed.append(request.request_id)
         return super()._free_request(request, *args, **kwargs)  # type: ignore[misc]
 
+    def _sync_one(self, r: Request) -> None:
+        rs = self.mirror.reqs[r.request_id]
+        rs.generated = r.num_output_tokens
+        rs.computed = r.num_computed_tokens
+        rs.stale = r.num_stale_output_tokens
+        rs.placeholders = r.num_output_placeholders
+
+    def _sync_running(self) -> None:
+        """For a gate that indexes `waiting` itself (`Gate.front`): `running`, its
+        counters, and the waiting requests whose async output may be in flight
+        (preempted since they last ran), in O(running); a visited request is
+        synced when it is decided (`_lora_gate`)."""
+        s: Any = self
+        st = self.mirror
+        st.step = s.current_step
+        st.running = [r.request_id for r in s.running]
+        for r in s.running:
+            st.reqs[r.request_id].status = "running"
+            self._sync_one(r)
+        for rid in list(self._resumed):
+            r = s.requests.get(rid)
+            if r is None or r.status == RequestStatus.RUNNING or not r.num_stale_output_tokens:
+                self._resumed.discard(rid)
+            if r is not None:
+                self._sync_one(r)
+
     def _sync(self) -> None:
         """Queues, statuses and counters from vLLM, as they are now."""
+        if self._indexed:
+            self._sync_running()
+            return
         s: Any = self
         st = self.mirror
         st.step = s.current_step
@@ -431,6 +494,10 @@ class GateMixin(HookedMixin):
         s: Any = self
         self._sync()
         self._ctx = ScanContext(self.mirror, s.current_step, scheduled_loras)
+        if self._indexed:  # the gate indexes `waiting`: pin only what it puts first
+            front: Any = self.gate
+            s.waiting.pin(s.requests[rid] for rid in front.front(self._ctx) if rid in s.requests)
+            return
         order = self.gate.scan_order(self._ctx, list(self.mirror.waiting))
         queued = {r.request_id: r for r in s.waiting}
         s.waiting.pin(queued[rid] for rid in order if rid in queued)
@@ -438,6 +505,8 @@ class GateMixin(HookedMixin):
     def _lora_gate(self, request: Request, scheduled_loras: set[int]) -> str:
         self._flush_admitted()
         assert self._ctx is not None and self._ctx.scheduled_loras is scheduled_loras
+        if self._indexed:
+            self._sync_one(request)
         decision, _why = self.gate.decide(self._ctx, request.request_id)
         if decision is Decision.ADMIT:
             self._candidate = request

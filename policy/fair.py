@@ -165,6 +165,8 @@ class FairGuard:
         entry = self._waiting.pop(rid, None)
         if entry is not None:
             self.backlog[entry[1]] -= 1
+            if not self.backlog[entry[1]]:
+                del self.backlog[entry[1]]
 
     def waiting_ids(self) -> set[str]:
         return set(self._waiting)
@@ -330,13 +332,17 @@ class FairGate(GateBase):
     def dequeued(self, state: State, rid: str) -> None:
         self._guard(state).dequeue(rid)
 
-    def scan_order(self, ctx: ScanContext, queue: list[str]) -> list[str]:
+    def front(self, ctx: ScanContext) -> list[str]:
+        """The requests the scan visits first, in O(log W) from the guard's
+        index: [r*], or none. (The rest follow in queue order.)"""
         reqs = ctx.state.reqs
         self._active = running_loras(ctx)
         star = self._guard(ctx.state).begin_scan(ctx.step, lambda r: reqs[r].stale > 0)
-        if star is None:
-            return queue
-        return [star] + [r for r in queue if r != star]
+        return [] if star is None else [star]
+
+    def scan_order(self, ctx: ScanContext, queue: list[str]) -> list[str]:
+        first = self.front(ctx)
+        return first + [r for r in queue if r not in first]
 
     def decide(self, ctx: ScanContext, rid: str) -> tuple[Decision, str | None]:
         guard, st = self._guard(ctx.state), ctx.state
@@ -376,7 +382,7 @@ class FairHolds:
         self._order: list[str] = []
         self._base: set[int] = set()
         self._scanned = False
-        self._holds: set[str] = set()
+        self.held_ids: set[str] = set()  # the requests the guard holds in this step's scan
 
     def begin(self, view: StepView) -> str | None:
         rec, cfg = view.rec, view.config
@@ -398,14 +404,14 @@ class FairHolds:
             if star in rec.admitted:
                 self.guard.admitted(star)  # r* comes first: the rest of the scan runs without a guard
         # `holds` in scan order, on the requests the scan judges (not r*, not stale)
-        self._holds = {r for r in self._order
+        self.held_ids = {r for r in self._order
                        if r != star and r not in view.in_flight
                        and self.guard.holds(r, view.adapter[r], view.outputs_left[r])}
         self._scanned = True
         return star
 
     def hold(self, view: StepView, rid: str) -> str | None:
-        if rid in self._holds:
+        if rid in self.held_ids:
             return "fair_guard"
         admitted = set(view.rec.admitted)
         before = self._order[:self._order.index(rid)] if rid in self._order else []

@@ -40,6 +40,9 @@ SKIP = replace(SMALL, skip=True)  # running requests may go unscheduled
 WAIT = enc.Bounds(requests=4, adapters=2, max_prompt=1, max_output=2, max_loras=(1, 1), max_num_seqs=(4, 4),
                   max_num_batched_tokens=(8, 8), starvation_steps=(0, 0), last_arrival=3)
 WAIT_WORST = 3
+# The same with S = 2: every part of fair's rule active (r* only after S steps).
+WAIT_S2 = replace(WAIT, starvation_steps=(2, 2))
+WAIT_S2_WORST = 3  # the real rule's tight worst wait there (proofs/manifest.json, fair-wait-S2)
 # A finite KV pool (preemption) and the priority queue: the general mode.
 KV = replace(SMALL, kv_blocks=(1, 4))
 PRIO = replace(SMALL, priority=True)
@@ -77,6 +80,10 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant("drain_unbounded", "fair's drain admission lets in every request of the victim, whatever its "
            "outputs left (the victim never drains)",
            "fair", "bounded_wait", WAIT, 10, WAIT_WORST),
+    Mutant("guard_off_s2", "fair's guard never fires, at S = 2",
+           "fair", "bounded_wait", WAIT_S2, 12, WAIT_S2_WORST),
+    Mutant("drain_unbounded_s2", "fair's drain admission lets in every request of the victim, at S = 2",
+           "fair", "bounded_wait", WAIT_S2, 12, WAIT_S2_WORST),
     Mutant("star_youngest", "fair's r* is the youngest starving request instead of the oldest",
            "fair", "no_hol_blocking", replace(SMALL, max_loras=(1, 1)), 4),
     Mutant("throttle_ignored", "the DP throttle defers nothing",
@@ -97,7 +104,7 @@ CATALOGUE: tuple[Mutant, ...] = (
            "takes over)", "fair", "no_hol_blocking", replace(PRIO, max_loras=(1, 1)), 5),
 )
 # cap_late_fair plants the same bug as cap_late under the other policy.
-_BUG = {"cap_late_fair": "cap_late"}
+_BUG = {"cap_late_fair": "cap_late", "guard_off_s2": "guard_off", "drain_unbounded_s2": "drain_unbounded"}
 
 
 @dataclass

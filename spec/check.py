@@ -57,7 +57,10 @@ def bound_for(trace: Trace) -> tuple[int | None, str]:
         return None, f"B does not apply: {why}"
     steps = trace.steps()
     b = observed_bound(cfg, reqs, steps)
-    return b, (f"B = {b}: fair's bound for this config, Q = {peak_present(steps)} requests present and "
+    from lora_sched.bench.costmodel import DEFAULT
+
+    return b, (f"B = {b} steps (<= {b * DEFAULT.max_step_seconds(cfg):.4g} s at the cost model's longest step): "
+               f"fair's bound for this config, Q = {peak_present(steps)} requests present and "
                f"Qw = {peak_waiting(steps)} waiting at the peak")
 
 

@@ -109,4 +109,7 @@ def test_fair_forgets_every_request_it_served():
         sched.add_request(_vllm_request(r, i))
     sched.finish_requests(reqs[0].id, RequestStatus.FINISHED_ABORTED)
     run_sync(sched, max_steps=5000)
-    assert sched._since == {} and sched._seq == {}
+    sched.schedule()  # the mirror drops what was freed before a schedule()
+    guard = sched.gate.guard
+    assert sched.mirror.reqs == {} and guard._waiting == {} and guard.backlog == {}
+    assert not any(guard._heaps.values()), guard._heaps

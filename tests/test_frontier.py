@@ -204,7 +204,7 @@ def test_reevaluate_measures_a_kept_family_again(tmp_path):
     reevaluate(path)
     assert load(path)[3]["description"].startswith("written by hand, worst throughput")
     owned = tmp_path / "adv-owned.json"
-    owned.write_text((FAMILY_DIR / "adv-fair-throughput.json").read_text())
+    owned.write_text((FAMILY_DIR / "adv-drainer-throughput.json").read_text())
     with pytest.raises(ValueError, match="found_against"):
         reevaluate(owned)
 

@@ -185,8 +185,7 @@ class _RecordingHolds:
         star = self.inner.begin(view)
         guard = self.inner.guard
         self.star, self.victims = star, sorted(guard.victims)
-        self.held = {r for r in view.rec.waiting
-                     if r not in view.rec.admitted and guard.holds(r, view.adapter[r])}
+        self.held = self.inner.held_ids - set(view.rec.admitted)
         return star
 
     def hold(self, view: StepView, rid: str) -> str | None:

@@ -393,7 +393,8 @@ def add_arguments(parser: argparse.ArgumentParser | Any, *, standalone: bool = T
                         help="--profile's cell (default the grid's largest W and A, smallest max_loras)")
     if standalone:
         parser.add_argument("--out", nargs="?", const=DEFAULT_OUT, default=None,
-                            help=f"write the results as JSON (default path {DEFAULT_OUT}); none without it")
+                            help=f"write the results as JSON to this file (PATH/overhead.json unless PATH ends in "
+                                 f".json; {DEFAULT_OUT} when no PATH is given); nothing is written without it")
         parser.add_argument("--seed", type=int, default=0, help="the request stream's seed")
 
 
@@ -430,6 +431,8 @@ def main(args: argparse.Namespace) -> int:
     print(table(report))
     if args.out:
         out = Path(args.out)
+        if out.suffix != ".json":
+            out = out / "overhead.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=1, default=str))
         _progress(f"overhead: results in {out}")

@@ -28,11 +28,16 @@ request finishes sends its next one, for the same adapter, before the next
 scheduler and at least W of them waiting (W exactly when the batch is full).
 Prompts are 64 tokens, outputs 128-384 ("long": the batch keeps decoding),
 the token budget (max_num_batched_tokens) 8192, KV blocks plentiful (no
-preemption). Every class gets the same request stream (one seed).
+preemption). Every class starts from the same requests and draws from the
+same seed; the streams part only where the classes admit differently. The
+backlog is what was drawn less what the warm-up admitted: stock vLLM skips
+the blocked requests at its head, so its scan deepens as it admits the
+backlog's requests of the running adapters (to all of W once they are gone).
 
 The grid is W in {0, 500, 2000, 10000} x A in {8, 64, 512} x max_loras in
-{4, 16}. Per cell, every scheduler is built, warmed up (S + 8 steps, so
-`fair`'s guard is active when the clock starts), then the N measured steps
+{4, 16}. Per cell, every scheduler is built, warmed up (S + 4 steps, so
+that the backlog has waited past S and `fair`'s guard is active when the
+clock starts), then the N measured steps
 are interleaved round robin across the classes (the order rotates each
 round), so that the ratios are measured side by side under the same
 machine load. GC is collected and frozen before the measured steps (vLLM's
@@ -80,7 +85,8 @@ BLOCK_SIZE = 16
 WAITING = (0, 500, 2000, 10000)
 ADAPTERS = (8, 64, 512)
 MAX_LORAS = (4, 16)
-STEPS = 12
+STEPS = 6
+WARMUP_AFTER_S = 4  # warm-up = starvation_steps + this: the backlog has waited past S when the clock starts
 QUICK = {"waiting": (0, 100), "adapters": (8,), "max_loras": (4,), "steps": 3, "warmup": 6,
          "starvation_steps": 2}
 STOCK = ("Scheduler", "AsyncScheduler")
@@ -230,7 +236,7 @@ class Runner:
         return {
             "class": self.entry.name, "policy": self.entry.policy, "async": self.entry.is_async,
             "base": self.entry.base, "steps": len(self.step_ns),
-            "ms_per_step": ms,
+            "ms_per_step": ms, "step_ms": [t / 1e6 for t in self.step_ns],
             "ratio": ms / base_ms if base_ms else float("nan"),
             "mean_ms": statistics.fmean(self.step_ns) / 1e6 if self.step_ns else float("nan"),
             "schedule_ms": statistics.median(self.schedule_ns) / 1e6 if self.schedule_ns else float("nan"),
@@ -376,7 +382,7 @@ def add_arguments(parser: argparse.ArgumentParser | Any, *, standalone: bool = T
     """The overhead flags; `standalone=False` leaves out `--out` and `--seed`, which `lora-sched bench` has."""
     parser.add_argument("--steps", type=int, default=None, help=f"measured steps per class and cell (default {STEPS})")
     parser.add_argument("--warmup", type=int, default=None,
-                        help="unmeasured steps before them (default starvation_steps + 8)")
+                        help=f"unmeasured steps before them (default starvation_steps + {WARMUP_AFTER_S})")
     parser.add_argument("--quick", action="store_true",
                         help=f"a tiny grid for tests: W {QUICK['waiting']}, A {QUICK['adapters']}, max_loras "
                              f"{QUICK['max_loras']}, {QUICK['steps']} steps, warmup {QUICK['warmup']}, "
@@ -413,7 +419,7 @@ def main(args: argparse.Namespace) -> int:
     s = args.starvation_steps
     s = s if s is not None else (QUICK["starvation_steps"] if quick else Config().starvation_steps)
     steps = args.steps if args.steps is not None else (QUICK["steps"] if quick else STEPS)
-    warmup = args.warmup if args.warmup is not None else (QUICK["warmup"] if quick else s + 8)
+    warmup = args.warmup if args.warmup is not None else (QUICK["warmup"] if quick else s + WARMUP_AFTER_S)
     raw_seed = getattr(args, "seed", 0)
     seed = int(raw_seed) if str(raw_seed).isdigit() else sum(map(ord, str(raw_seed)))
     if steps < 1 or warmup < 0 or min(waiting + adapters + max_loras) < 0 or min(adapters + max_loras) < 1:

@@ -37,11 +37,14 @@ backlog's requests of the running adapters (to all of W once they are gone).
 The grid is W in {0, 500, 2000, 10000} x A in {8, 64, 512} x max_loras in
 {4, 16}. Per cell, every scheduler is built, warmed up (S + 4 steps, so
 that the backlog has waited past S and `fair`'s guard is active when the
-clock starts), then the N measured steps
+clock starts), then the measured steps
 are interleaved round robin across the classes (the order rotates each
 round), so that the ratios are measured side by side under the same
-machine load. GC is collected and frozen before the measured steps (vLLM's
-engine core freezes the heap after start-up too). A class's figure is its
+machine load: `--steps` rounds (default 8), and more, up to 4x, while the
+cell's measured rounds have taken under `--cell-seconds` (default 2 s), so
+that cheap cells get enough steps to see through a busy machine's noise.
+GC is collected and frozen before the measured steps (vLLM's engine core
+freezes the heap after start-up too). A class's figure is its
 median ms/step; its ratio is that over its stock base's median (sync classes
 over `Scheduler`, async over `AsyncScheduler`). The issue's goal is
 ratio <= 1.2 in every cell: the table flags the cells over it; nothing
@@ -85,10 +88,12 @@ BLOCK_SIZE = 16
 WAITING = (0, 500, 2000, 10000)
 ADAPTERS = (8, 64, 512)
 MAX_LORAS = (4, 16)
-STEPS = 6
+STEPS = 8
+EXTRA = 4  # a cheap cell measures up to EXTRA x --steps rounds, within --cell-seconds
+CELL_SECONDS = 2.0
 WARMUP_AFTER_S = 4  # warm-up = starvation_steps + this: the backlog has waited past S when the clock starts
 QUICK = {"waiting": (0, 100), "adapters": (8,), "max_loras": (4,), "steps": 3, "warmup": 6,
-         "starvation_steps": 2}
+         "starvation_steps": 2, "cell_seconds": 0.0}
 STOCK = ("Scheduler", "AsyncScheduler")
 
 
@@ -263,8 +268,13 @@ def build(entry: Entry, cell: Cell, *, starvation_steps: int, seed: int) -> Runn
 
 
 def run_cell(cell: Cell, chosen: Sequence[Entry], *, steps: int, warmup: int, starvation_steps: int,
-             seed: int, profile: cProfile.Profile | None = None, broken_refill: bool = False) -> list[Runner]:
-    """Build, warm up and measure every class of `chosen` on `cell`, interleaved."""
+             seed: int, cell_seconds: float = 0.0, profile: cProfile.Profile | None = None,
+             broken_refill: bool = False) -> list[Runner]:
+    """Build, warm up and measure every class of `chosen` on `cell`, interleaved.
+
+    `steps` rounds at least; then more (up to `EXTRA` x `steps` in all) while
+    the measured rounds have taken less than `cell_seconds`, so that a cheap
+    cell gets enough steps to see through the machine's noise."""
     runners = [build(e, cell, starvation_steps=starvation_steps, seed=seed) for e in chosen]
     for _ in range(warmup):
         for r in runners:
@@ -273,8 +283,10 @@ def run_cell(cell: Cell, chosen: Sequence[Entry], *, steps: int, warmup: int, st
     gc.collect()
     gc.freeze()
     try:
-        for k in range(steps):
+        t0, k = time.perf_counter(), 0
+        while k < steps or (k < EXTRA * steps and time.perf_counter() - t0 < cell_seconds):
             shift = k % len(runners)
+            k += 1
             for r in runners[shift:] + runners[:shift]:
                 r.refill(broken=broken_refill)
                 r.step(measured=True, profile=profile)
@@ -297,7 +309,7 @@ def grid(waiting: Iterable[int], adapters: Iterable[int], max_loras: Iterable[in
 
 
 def run_grid(cells: Sequence[Cell], *, steps: int, warmup: int, starvation_steps: int, seed: int = 0,
-             broken_refill: bool = False, log: Any = None) -> dict[str, Any]:
+             cell_seconds: float = 0.0, broken_refill: bool = False, log: Any = None) -> dict[str, Any]:
     """Every cell, every class; the results as the JSON `--out` writes."""
     import vllm
     from lora_sched.conformance.recorder import TRACE_ENV
@@ -310,17 +322,19 @@ def run_grid(cells: Sequence[Cell], *, steps: int, warmup: int, starvation_steps
     for cell in cells:
         t = time.perf_counter()
         runners = run_cell(cell, chosen, steps=steps, warmup=warmup, starvation_steps=starvation_steps,
-                           seed=seed, broken_refill=broken_refill)
+                           seed=seed, cell_seconds=cell_seconds, broken_refill=broken_refill)
         results.append(cell_result(cell, runners))
         del runners
         if log:
-            log(f"overhead: {cell.label}: {time.perf_counter() - t:.1f} s")
+            steps_run = results[-1]["classes"][STOCK[0]]["steps"] if STOCK[0] in results[-1]["classes"] else steps
+            log(f"overhead: {cell.label}: {steps_run} steps, {time.perf_counter() - t:.1f} s")
     return {
         "format": FORMAT, "version": VERSION, "command": sys.argv, "vllm": vllm.__version__,
         "limit": LIMIT, "seed": seed,
         "config": {"running": RUNNING, "max_num_seqs": RUNNING, "max_num_batched_tokens": BUDGET,
                    "prompt_tokens": PROMPT, "output_tokens": list(OUTPUT), "block_size": BLOCK_SIZE,
-                   "starvation_steps": starvation_steps, "steps": steps, "warmup": warmup},
+                   "starvation_steps": starvation_steps, "steps": steps, "warmup": warmup,
+                   "cell_seconds": cell_seconds, "max_steps": EXTRA * steps},
         "classes": [{"class": e.name, "policy": e.policy, "async": e.is_async, "base": e.base} for e in chosen],
         "cells": results, "wall_s": time.perf_counter() - t_start,
     }
@@ -380,13 +394,17 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def add_arguments(parser: argparse.ArgumentParser | Any, *, standalone: bool = True) -> None:
     """The overhead flags; `standalone=False` leaves out `--out` and `--seed`, which `lora-sched bench` has."""
-    parser.add_argument("--steps", type=int, default=None, help=f"measured steps per class and cell (default {STEPS})")
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"measured steps per class and cell, at least (default {STEPS})")
+    parser.add_argument("--cell-seconds", type=float, default=None,
+                        help=f"a cell whose --steps rounds took less keeps measuring, up to {EXTRA} x --steps "
+                             f"(default {CELL_SECONDS}; 0: exactly --steps)")
     parser.add_argument("--warmup", type=int, default=None,
                         help=f"unmeasured steps before them (default starvation_steps + {WARMUP_AFTER_S})")
     parser.add_argument("--quick", action="store_true",
                         help=f"a tiny grid for tests: W {QUICK['waiting']}, A {QUICK['adapters']}, max_loras "
                              f"{QUICK['max_loras']}, {QUICK['steps']} steps, warmup {QUICK['warmup']}, "
-                             f"starvation_steps {QUICK['starvation_steps']} (each unless given)")
+                             f"starvation_steps {QUICK['starvation_steps']}, cell-seconds 0 (each unless given)")
     parser.add_argument("--waiting", default=None, help=f"W values (default {','.join(map(str, WAITING))})")
     parser.add_argument("--adapters", default=None, help=f"A values (default {','.join(map(str, ADAPTERS))})")
     parser.add_argument("--max-loras", default=None, help=f"max_loras values (default {','.join(map(str, MAX_LORAS))})")
@@ -420,6 +438,8 @@ def main(args: argparse.Namespace) -> int:
     s = s if s is not None else (QUICK["starvation_steps"] if quick else Config().starvation_steps)
     steps = args.steps if args.steps is not None else (QUICK["steps"] if quick else STEPS)
     warmup = args.warmup if args.warmup is not None else (QUICK["warmup"] if quick else s + WARMUP_AFTER_S)
+    cell_seconds = args.cell_seconds if args.cell_seconds is not None else \
+        (QUICK["cell_seconds"] if quick else CELL_SECONDS)
     raw_seed = getattr(args, "seed", 0)
     seed = int(raw_seed) if str(raw_seed).isdigit() else sum(map(ord, str(raw_seed)))
     if steps < 1 or warmup < 0 or min(waiting + adapters + max_loras) < 0 or min(adapters + max_loras) < 1:
@@ -430,10 +450,12 @@ def main(args: argparse.Namespace) -> int:
         print(profile_cell(args.profile, cell, steps=steps, warmup=warmup, starvation_steps=s, seed=seed))
         return 0
     cells = grid(waiting, adapters, max_loras)
-    _progress(f"overhead: {len(cells)} cells, {steps} steps (warmup {warmup}), starvation_steps {s}, seed {seed}")
-    report = run_grid(cells, steps=steps, warmup=warmup, starvation_steps=s, seed=seed, log=_progress)
+    _progress(f"overhead: {len(cells)} cells, {steps} steps or more within {cell_seconds} s (warmup {warmup}), "
+              f"starvation_steps {s}, seed {seed}")
+    report = run_grid(cells, steps=steps, warmup=warmup, starvation_steps=s, seed=seed, cell_seconds=cell_seconds,
+                      log=_progress)
     print(f"== Scheduler overhead: vLLM {report['vllm']} schedule() + update_from_output(), "
-          f"{RUNNING} running, budget {BUDGET}, starvation_steps {s}, {steps} steps/cell ==")
+          f"{RUNNING} running, budget {BUDGET}, starvation_steps {s}, {steps}-{EXTRA * steps} steps/cell ==")
     print(table(report))
     if args.out:
         out = Path(args.out)

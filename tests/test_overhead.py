@@ -112,3 +112,19 @@ def test_profile_prints_the_top_functions(capsys: pytest.CaptureFixture[str]) ->
     out = capsys.readouterr().out
     assert out.startswith("== FairScheduler on W=100 A=8 max_loras=4: 2 steps")
     assert "Ordered by: cumulative time" in out and "schedule" in out
+
+
+def test_settings_reach_the_classes_as_a_server_passes_them() -> None:
+    """starvation_steps goes in as `--additional-config '{"lora_sched": {...}}'` puts it, and every class reads it."""
+    from lora_sched.bench.overhead import Cell, build, entries
+
+    readers = []
+    for entry in entries():
+        if entry.policy == "stock":
+            continue
+        sched = build(entry, Cell(0, 8, 4), starvation_steps=3, seed=0).sched
+        assert sched.vllm_config.additional_config == {"lora_sched": {"starvation_steps": 3}}, entry.name
+        if hasattr(sched, "starvation_steps"):  # `blocking` has no setting
+            assert sched.starvation_steps == 3, entry.name
+            readers.append(entry.policy)
+    assert readers.count("fair") == 2, readers

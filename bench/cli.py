@@ -5,7 +5,9 @@ minute); `--speed` adds the reference-vs-vLLM scheduler speed (imports vLLM,
 which alone takes tens of seconds); `--live` runs the policies inside the CPU
 vLLM server, driven by vLLM's own benchmark client (`bench.live`); `--live
 --field` puts the frontier's top policies side by side on the seed shape and
-an adversarial family (`bench.live_field`). Results go
+an adversarial family (`bench.live_field`); `--overhead` times vLLM's real
+`schedule()` + `update_from_output()` per step, stock vs lora_sched's classes,
+in-process (`bench.overhead`). Results go
 to `--out` as JSON and PNG; stdout gets the tables.
 """
 
@@ -17,6 +19,7 @@ import shutil
 import time
 from pathlib import Path
 
+from lora_sched.bench import overhead
 from lora_sched.bench.costmodel import DEFAULT, SEED_BLOCKING, SEED_PR, SEED_RATIO, SEED_ROWS
 from lora_sched.bench.live import LIVE_INPUT_MEAN, LIVE_OUTPUT, LIVE_PROMPTS, LIVE_STARVATION_STEPS
 from lora_sched.bench.simulate import progress, ratio, seed_config, seed_requests, simulate_policy
@@ -26,7 +29,9 @@ from lora_sched.spec.config import POLICIES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default="out/bench", help="output directory (JSON + plots)")
+    parser.add_argument("--out", default=None,
+                        help="output directory (JSON + plots; default out/bench); with --overhead, where its JSON goes "
+                             "(PATH/overhead.json unless PATH ends in .json; none without --out)")
     parser.add_argument("--prompts", type=int, default=500, help="number of requests (seed: 500)")
     parser.add_argument("--assign", choices=("round_robin", "random"), default="random",
                         help="adapter per request: benchmark_serving's random.choice (the seed's setup) or round robin")
@@ -53,6 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--online", action="store_true",
                         help="judge the saved pairs (adv-online*): every online rule is beaten by the field "
                              "on one of each (exhaustive search, bench.online)")
+    parser.add_argument("--overhead", action="store_true",
+                        help="time vLLM's real schedule() + update_from_output() per step in-process, stock vs "
+                             "lora_sched.scheduler.CLASSES, over a W x A x max_loras grid (bench.overhead)")
+    overhead.add_arguments(parser.add_argument_group("overhead mode (--overhead)"), standalone=False)
     adv = parser.add_argument_group("adversarial / frontier / optimum modes")
     adv.add_argument("--iters", type=int, default=250, help="hill-climbing steps per restart")
     adv.add_argument("--restarts", type=int, default=2, help="restarts per (policy, objective)")
@@ -102,6 +111,9 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.overhead:
+        return overhead.main(args)
+    args.out = args.out or "out/bench"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.live and (args.field or args.family):

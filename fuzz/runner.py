@@ -94,7 +94,7 @@ def run_case(case: FuzzCase, trace_path: str | os.PathLike[str] | None = None) -
         result.failures.append(Failure("reference-error", "TraceError", policy, str(exc)))
         return result
     report = check_trace(trace)
-    claimed = claims(policy, cfg)
+    claimed = claims(policy, trace.config)  # the release the trace's source names
     for prop, v in report.first.items():
         if prop in claimed:
             result.failures.append(Failure("property", prop, policy, str(v), v.step))

@@ -1,7 +1,8 @@
 """In-process conformance: vLLM's real scheduler against the reference.
 
-Runs vLLM 0.32's `Scheduler` / `AsyncScheduler` (and our `blocking` / `fair`
-classes built on them) on random workloads and on every scenario, records
+Runs the installed vLLM's `Scheduler` / `AsyncScheduler` (and our `blocking` /
+`fair` classes built on them; `make test` runs this file on vLLM 0.32 in .venv
+and on 0.33 in .venv-033) on random workloads and on every scenario, records
 the trace and replays it step by step through `policy.core`. Marked `vllm`:
 `conformance.inprocess` imports vLLM, so it is imported inside the tests and
 `pytest -m "not vllm"` collects this file without vLLM installed.
@@ -28,6 +29,12 @@ def conform(*args, **kw):
     return conform(*args, **kw)
 
 
+def installed_release() -> str:
+    from lora_sched.conformance.recorder import installed_release
+
+    return installed_release()
+
+
 def random_case(rnd: random.Random):
     from lora_sched.conformance.inprocess import random_case
 
@@ -39,7 +46,8 @@ def _check(cfg, wl, tmp_path, policy):
     out = conform(cfg, wl, tmp_path / "t.jsonl", policy=policy)
     assert out.replay.ok, f"{cfg}\n{out.replay.describe()}"
     report = check_trace(str(out.trace))
-    broken = {p: str(v) for p, v in report.first.items() if p in claims(policy, cfg)}
+    assert report.trace.config.vllm == installed_release()  # the recorder names the installed vLLM
+    broken = {p: str(v) for p, v in report.first.items() if p in claims(policy, report.trace.config)}
     assert not broken, f"{cfg}\n{broken}"
     return out
 

@@ -203,3 +203,36 @@ def test_033_caps_hold_with_skipped_running_requests(scenario):
 @given(scenarios(policy="vllm", async_scheduling=True).map(_on_033))
 def test_033_running_cap_holds_under_async(scenario):
     assert not _running_lora_cap_broken(*scenario)
+
+
+# ---- the CLI ------------------------------------------------------------------------
+
+def _cli(*args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "lora_sched.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+
+
+@pytest.mark.parametrize("flag, want", [((), "0.33"), (("--vllm", "0.32"), "0.32"), (("--vllm", "0.33"), "0.33")])
+def test_simulate_takes_the_release_and_check_follows_it(tmp_path, flag, want):
+    out = tmp_path / "t.jsonl"
+    sim = _cli("simulate", "--policy", "vllm", "--scenario", "priority", "--out", str(out), *flag)
+    assert sim.returncode == 0 and f"(vLLM {want})" in sim.stdout, sim.stdout + sim.stderr
+    assert read_trace(out).config.vllm == want
+    chk = _cli("check", str(out), "--policy", "vllm")
+    assert chk.returncode == 0 and f"vLLM {want} semantics" in chk.stdout, chk.stdout
+
+
+def test_simulate_refuses_an_unknown_release(tmp_path):
+    sim = _cli("simulate", "--vllm", "0.34", "--out", str(tmp_path / "t.jsonl"))
+    assert sim.returncode == 2 and "--vllm: invalid choice: '0.34'" in sim.stderr and "'0.33'" in sim.stderr
+
+
+def test_check_names_an_unknown_release_in_the_source(tmp_path):
+    path = _trace(tmp_path, "vllm 0.40.1", {})
+    chk = _cli("check", str(path))
+    assert chk.returncode == 2
+    assert "t.jsonl:1: source 'vllm 0.40.1': vLLM 0.40.1 is not a supported release (supported: 0.32.x, 0.33.x)" \
+        in chk.stderr, chk.stderr

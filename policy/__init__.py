@@ -43,7 +43,8 @@ def claims(policy: str, config: Config, *, skipped_running: bool = False) -> set
       `cap_counts == "running"`: 0.33), vLLM's own set holds every running
       adapter, so every policy's cap (vLLM's or its own) bounds them and all
       of them claim both caps everywhere: async, throttle and skips included
-      (tests/test_releases.py searches for the 0.32 counterexamples on 0.33).
+      (proved for any size: `proofs.unbounded`, models vllm+skip@0.33 and
+      blocking+skip@0.33; tests/test_releases.py).
     - `fair` counts every running request's adapter, so it claims both caps
       everywhere, and `bounded_wait` (checked where `policy.fair.bound_applies`).
     - The reference gates (tests/test_reference_gates.py) keep vLLM's cap;

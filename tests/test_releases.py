@@ -178,6 +178,40 @@ def test_claims_per_release():
     assert "no_hol_blocking" not in claims("blocking", Config(vllm="0.33"))
 
 
+@pytest.mark.parametrize("release", ["0.32", "0.33"])
+def test_starvation_on_both_releases(release):
+    """0.33 fixed the cap's set, not the skip: on the starvation stream the
+    adapter-3 request still waits for the whole stream under `vllm`."""
+    from lora_sched.policy.scenarios import SCENARIOS
+
+    sc = SCENARIOS["starvation"]
+    waits = {p: run(replace(sc.config, vllm=release), sc.workload, policy=p).waits()["victim-a3"]
+             for p in ("vllm", "fair")}
+    assert waits["vllm"] >= 30 and waits["fair"] < waits["vllm"], waits
+
+
+# ---- 0.33's stock cap for any size, and the searches that break 0.32 --------------------
+
+@pytest.mark.parametrize("policy", ["vllm", "blocking"])
+def test_033_stock_cap_is_proved_for_any_size(policy):
+    """What `claims` gives vLLM's own cap on 0.33 (both caps, with any running
+    request left unscheduled: async, the cadence, PP) is proved for any number
+    of requests and adapters (`proofs.unbounded`, model `P+skip@0.33`); the
+    same model with 0.32's set (the planted `fair_scheduled_set`) fails."""
+    from lora_sched.proofs import unbounded as u
+
+    model = u.Model(policy, True, release="0.33")
+    good, bad = next((set(g), set(b)) for m, g, b in u.MODELS if m == model)
+    claimed = claims(policy, Config(policy=policy, vllm="0.33", async_scheduling=True,
+                                    prefill_schedule_interval=2), skipped_running=True)
+    assert claimed & set(u.PROPERTIES) <= good and not bad
+    outs = {o.name: o for o in u.prove(model, props=u.CAP_PROPERTIES) if o.kind == "safety"}
+    assert all(o.verdict == "ok" for o in outs.values()), [o.line() for o in outs.values()]
+    planted = {o.name: o for o in u.prove(u.Model(policy, True, "fair_scheduled_set", release="0.33"),
+                                          props=u.CAP_PROPERTIES) if o.kind == "safety"}
+    assert planted["running_lora_cap"].verdict == "fail", planted["running_lora_cap"].line()
+
+
 # ---- 0.33's stock cap under async, throttle and skips: the searches that break 0.32 ----
 
 def _on_033(s):

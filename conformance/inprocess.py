@@ -159,19 +159,26 @@ class Stuck(RuntimeError):
 
 
 def run_workload(cfg: Config, workload: Workload, trace_path: str | os.PathLike[str], *,
-                 policy: str | None = None, max_steps: int = 20_000, scheduler_class: type | None = None) -> int:
+                 policy: str | None = None, max_steps: int = 20_000, scheduler_class: type | None = None,
+                 engine_cadence: bool | None = None) -> int:
     """Drive vLLM's scheduler through `workload`, recording to `trace_path`.
 
     Returns the number of `schedule()` calls. The clock follows the engine:
     one `schedule()` per step while vLLM has requests; idle steps are jumped.
     An exception inside vLLM (its max_loras assert, say) propagates after the
     trace up to the step before it is flushed to `trace_path`.
+
+    `engine_cadence`: whether the harness plays the DP engine core, calling
+    `schedule(throttle_prefills=...)` on off-cadence steps; by default the
+    installed release's rule (`spec.releases`: 0.32 yes, 0.33 no, its
+    scheduler keeps the cadence itself). Tests plant the other choice.
     """
     plenty = sum(-(-(r.prompt_tokens + r.max_tokens) // cfg.block_size) for r in workload.requests) + 1
     sched = make_scheduler(cfg, policy, plenty_blocks=plenty, scheduler_class=scheduler_class)
     sched.start_recording(trace_path, async_scheduling=cfg.async_scheduling)
     from lora_sched.conformance.recorder import installed_release
-    cadence_by_engine = releases.get(installed_release()).prefill_cadence == "dp_engine"
+    cadence_by_engine = (releases.get(installed_release()).prefill_cadence == "dp_engine"
+                         if engine_cadence is None else engine_cadence)
     arrivals = sorted(workload.requests, key=lambda r: r.arrival)
     aborts = sorted(workload.aborts.items(), key=lambda kv: kv[1])
     ai = bi = seq = 0

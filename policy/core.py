@@ -114,10 +114,11 @@ class Scheduler:
         `throttle` is vLLM's `schedule(throttle_prefills=...)` argument, which
         the data-parallel engine core sets on off-cadence steps
         (`spec.config.throttled`). Where the release's scheduler keeps its own
-        cadence (`prefill_cadence == "scheduler"`, 0.33) the step is also
-        off-cadence while fewer than `prefill_schedule_interval` executed steps
-        have passed since the last one that carried a prefill; the record's
-        `throttle` says whether the step was off-cadence either way."""
+        cadence instead (`prefill_cadence == "scheduler"`, 0.33, no `throttle`
+        allowed) a step is off-cadence while fewer than
+        `prefill_schedule_interval` executed steps have passed since the last
+        one that carried a prefill; the record's `throttle` says whether the
+        step was off-cadence either way."""
         st = self.state
         if step <= st.step and st.step != 0:
             raise ScheduleError(f"step {step} does not follow step {st.step}")
@@ -146,8 +147,12 @@ class Scheduler:
     def _schedule(self, step: int, skip_running: frozenset[str], throttle: bool) -> StepRecord:
         st, cfg = self.state, self.config
         k = cfg.prefill_schedule_interval
-        if self.release.prefill_cadence == "scheduler" and k > 1:
-            throttle = throttle or (self._executed + 1) - self._last_prefill < k
+        if self.release.prefill_cadence == "scheduler":
+            if throttle:
+                raise ScheduleError(f"step {step}: throttle_prefills from the engine core, but vLLM "
+                                    f"{self.release.name}'s model is an engine without DP coordination, "
+                                    "whose scheduler keeps the prefill cadence itself")
+            throttle = k > 1 and (self._executed + 1) - self._last_prefill < k
         rec = StepRecord(step, list(st.waiting), list(st.running), {}, [], [], [], throttle)
         prefill = False  # a prefill chunk scheduled, or a prefill admitted (0.33's cadence restart)
         # DP prefill balancing: on a throttled step defer prefill compute,

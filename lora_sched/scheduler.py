@@ -13,7 +13,7 @@ LoRADrainer), `TimesliceScheduler` (LoRAX's adapter cycle) and `VtcScheduler`
 (VTC), each with an `Async` twin, are `GateMixin` driving the gate object of
 `policy` (`make_gate`) that the reference core runs, from vLLM's own state.
 
-How the policy gets into vLLM. vLLM 0.32 decides LoRA admission inline in
+How the policy gets into vLLM. vLLM (0.32, 0.33) decides LoRA admission inline in
 `Scheduler.schedule()` (a ~900-line method) and offers no hook. Rather than
 copy the method (a fork) or patch its text (brittle), `hook_schedule` parses
 vLLM's own `schedule()` with `ast`, finds two nodes by their shape, and adds

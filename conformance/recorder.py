@@ -1,6 +1,6 @@
 """Recording scheduler classes: vLLM's own schedulers, writing a trace.
 
-`RecordingScheduler` subclasses vLLM 0.32's `Scheduler` (and
+`RecordingScheduler` subclasses vLLM's `Scheduler` (and
 `AsyncRecordingScheduler` its `AsyncScheduler`) and changes no decision: it
 only observes `add_request`, `finish_requests`, `schedule` and
 `update_from_output` and writes the `lora-sched-trace` format (DESIGN §5)
@@ -17,6 +17,10 @@ applied (`update_from_output`), because only then is `finished` known; under
 async scheduling that happens after the next step has been scheduled, the
 convention `spec.trace.read_trace` and `policy.driver` follow.
 
+The header's `source` is the installed vLLM (`vllm 0.33.0`), which selects
+the release the checker and the replay follow (`spec.releases`); a vLLM the
+registry does not list is refused when recording starts.
+
 The trace path comes from `LORA_SCHED_TRACE` (set by the harness); without
 it the scheduler runs unrecorded, so the class is harmless in a plain server.
 """
@@ -27,6 +31,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+import vllm
+from lora_sched.spec import releases
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request as SpecRequest
 from lora_sched.spec.state import StepRecord
@@ -36,7 +42,13 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import RequestStatus
 
 TRACE_ENV = "LORA_SCHED_TRACE"
-SOURCE = "vllm 0.32.0"
+SOURCE = f"vllm {vllm.__version__}"
+
+
+def installed_release() -> str:
+    """The registry's name for the installed vLLM (`0.33`); `releases.UnknownRelease`
+    (naming the supported releases) when it is not one of them."""
+    return releases.get(vllm.__version__).name
 
 
 @dataclass
@@ -72,6 +84,7 @@ def config_of(sched: Scheduler, policy: str, *, async_scheduling: bool | None = 
         policy=policy,
         starvation_steps=int(getattr(sched, "starvation_steps", Config().starvation_steps)),
         prefill_schedule_interval=int(getattr(sc, "prefill_schedule_interval", 1) or 1),
+        vllm=installed_release(),
     )
 
 
@@ -141,6 +154,10 @@ class RecorderMixin:
             return super().schedule(*args, **kwargs)  # type: ignore[misc]
         waiting = [r.request_id for r in s.kv_holding_waiting] + [r.request_id for r in s.waiting]
         running = [r.request_id for r in s.running]
+        # 0.33's scheduler keeps its own prefill cadence (spec.releases): the
+        # step is off-cadence on the condition its schedule() tests.
+        k = int(getattr(s, "local_prefill_interval", 1))
+        off_cadence = k > 1 and (s.num_executed_steps + 1) - s.last_prefill_step < k
         out = super().schedule(*args, **kwargs)  # type: ignore[misc]
         scheduled = dict(out.num_scheduled_tokens)
         before = set(running)
@@ -153,7 +170,7 @@ class RecorderMixin:
         if s.policy.value == "priority":
             preempted.sort(key=lambda rid: (s.requests[rid].priority, s.requests[rid].arrival_time),
                            reverse=True)
-        throttle = bool(kwargs.get("throttle_prefills", args[0] if args else False))
+        throttle = bool(kwargs.get("throttle_prefills", args[0] if args else False)) or off_cadence
         rec = StepRecord(self._rec_step, waiting, running, scheduled, admitted, preempted, [], throttle)
         self._rec_open[id(out)] = _Open(rec)
         return out

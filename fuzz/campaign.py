@@ -233,6 +233,9 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
         if report.replay_against != opts.replay_against:
             raise CampaignError(f"{path}: a campaign with replay_against={report.replay_against!r}; "
                                 f"use another --out")
+        if report.vllm != _vllm_version():
+            raise CampaignError(f"{path}: a campaign on {report.vllm}, this is {_vllm_version()}; "
+                                f"use another --out")
         log(f"resuming {path}: {report.workloads} workloads done, {len(report.findings)} findings")
     else:
         report = Report(opts.seed, opts.replay_against, _vllm_version())

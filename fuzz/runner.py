@@ -94,7 +94,7 @@ def run_case(case: FuzzCase, trace_path: str | os.PathLike[str] | None = None) -
         result.failures.append(Failure("reference-error", "TraceError", policy, str(exc)))
         return result
     report = check_trace(trace)
-    claimed = claims(policy, cfg)
+    claimed = claims(policy, trace.config)  # the release the trace's source names
     for prop, v in report.first.items():
         if prop in claimed:
             result.failures.append(Failure("property", prop, policy, str(v), v.step))
@@ -132,6 +132,11 @@ def _features(case: FuzzCase, trace) -> set[str]:
         f.add("throttle")
     if any(r.preempted for r in steps):
         f.add("preemption")
+        if cfg.queue == "priority":
+            f.add("priority-preemption")  # where 0.33 goes on past a self-preempting request
+    if any(r.throttle for r in steps):
+        f.add("off-cadence")  # a step the prefill cadence held (0.32: DP engine core; 0.33: the scheduler)
+    f.add(f"vllm:{trace.config.vllm}")
     if case.workload.aborts:
         f.add("aborts")
     adapters = {r.adapter for r in case.workload.requests if r.adapter > 0}

@@ -13,7 +13,7 @@ runs too, so the three cannot drift apart), and the field's reference gates,
 `DrainerScheduler` (SGLang's LoRADrainer), `TimesliceScheduler` (LoRAX's
 adapter cycle) and `VtcScheduler` (VTC), each with an `Async` twin.
 
-How the policy gets into vLLM. vLLM 0.32 decides LoRA admission inline in
+How the policy gets into vLLM. vLLM (0.32, 0.33) decides LoRA admission inline in
 `Scheduler.schedule()` (a ~900-line method) and offers no hook. Rather than
 copy the method (a fork) or patch its text (brittle), `hook_schedule` parses
 vLLM's own `schedule()` with `ast`, finds two nodes by their shape, and adds
@@ -34,9 +34,10 @@ yields the pinned requests before the others for one scan and, when the scan
 puts skipped requests back, restores the order they had (as the reference
 keeps it). No request field is written.
 
-If vLLM's `schedule()` does not have exactly one node of each shape, import
-fails with `UnsupportedVllm`, naming the installed vLLM version and the
-supported range, instead of running a silently different scheduler.
+If the installed vLLM is not a release `spec.releases` lists (0.32.x,
+0.33.x), or its `schedule()` does not have exactly one node of each shape,
+import fails with `UnsupportedVllm`, naming the installed vLLM version and
+the supported range, instead of running a silently different scheduler.
 
 Every class records a `lora-sched-trace` of every step when the engine
 process has `LORA_SCHED_TRACE=PATH` in its environment
@@ -70,13 +71,15 @@ from vllm.v1.request import Request, RequestStatus
 from lora_sched.conformance.recorder import RecorderMixin, config_of
 from lora_sched.policy import make_gate
 from lora_sched.policy.gate import Decision, Gate, ScanContext
+from lora_sched.spec import releases
 from lora_sched.spec.cap import cap_blocks
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request as SpecRequest
 from lora_sched.spec.state import ReqState, State
 
 _log = init_logger("vllm.lora_sched")  # under "vllm", whose handlers vLLM configures
-SUPPORTED_VLLM = "0.32.x"  # versions whose schedule() shape this module was built and tested against
+# The releases whose schedule() shape this module was built and conformed against (spec.releases).
+SUPPORTED_VLLM = releases.SUPPORTED
 CONFIG_KEY = "lora_sched"
 SETTINGS = {"starvation_steps": Config().starvation_steps}
 
@@ -179,10 +182,21 @@ def hook_schedule(source: str, *, version: str = vllm.__version__, filename: str
     return namespace["schedule"]
 
 
+def check_version(version: str) -> str:
+    """The registry's release for vLLM `version` (`0.33.0` -> `0.33`), or
+    `UnsupportedVllm` naming the version and the supported range."""
+    try:
+        return releases.get(version).name
+    except releases.UnknownRelease:
+        raise UnsupportedVllm(
+            f"lora_sched.scheduler: vLLM {version} is not a supported release; lora_sched supports vLLM "
+            f"{SUPPORTED_VLLM}. Install a supported vLLM, or add the release to lora_sched.spec.releases "
+            f"once the conformance suite passes on it."
+        ) from None
+
+
+RELEASE = check_version(vllm.__version__)
 _SCHEDULE = hook_schedule(inspect.getsource(Scheduler.schedule))
-if not vllm.__version__.startswith("0.32."):
-    _log.warning("lora_sched.scheduler: built and tested against vLLM %s; this is vLLM %s. The hooks found "
-                 "their shapes, but run the conformance tests before trusting it.", SUPPORTED_VLLM, vllm.__version__)
 
 
 # ---- the scan order ---------------------------------------------------------------

@@ -9,6 +9,7 @@ from lora_sched.policy.gate import Gate
 from lora_sched.policy.timeslice import TimesliceGate
 from lora_sched.policy.vllm import VllmGate
 from lora_sched.policy.vtc import VtcGate
+from lora_sched.spec import releases
 from lora_sched.spec.config import POLICIES, REFERENCE_POLICIES, Config
 
 GATES = {"blocking": BlockingGate, "vllm": VllmGate, "fair": FairGate,
@@ -26,7 +27,8 @@ assert tuple(GATES) == POLICIES + REFERENCE_POLICIES, "spec.config lists the pol
 
 
 def claims(policy: str, config: Config, *, skipped_running: bool = False) -> set[str]:
-    """The properties `policy` claims under `config` (the README's table).
+    """The properties `policy` claims under `config` (the README's table),
+    on the vLLM release `config.vllm` names.
 
     - `blocking` gives up `no_hol_blocking` (that is PR #15422's point).
     - `blocking` and `vllm` count only the adapters of running requests
@@ -37,6 +39,12 @@ def claims(policy: str, config: Config, *, skipped_running: bool = False) -> set
       (`skipped_running`), the next step schedules both and breaks
       `batch_lora_cap` (vLLM's assert). All found by search
       (tests/test_search_violations.py).
+    - On a release whose cap counts every running request (`spec.releases`,
+      `cap_counts == "running"`: 0.33), vLLM's own set holds every running
+      adapter, so every policy's cap (vLLM's or its own) bounds them and all
+      of them claim both caps everywhere: async, throttle and skips included
+      (proved for any size: `proofs.unbounded`, models vllm+skip@0.33 and
+      blocking+skip@0.33; tests/test_releases.py).
     - `fair` counts every running request's adapter, so it claims both caps
       everywhere, and `bounded_wait` (checked where `policy.fair.bound_applies`).
     - The reference gates (tests/test_reference_gates.py) keep vLLM's cap;
@@ -51,7 +59,7 @@ def claims(policy: str, config: Config, *, skipped_running: bool = False) -> set
     """
     claimed = {"capacity", "conservation", "fifo_within_adapter"}
     unscheduled = skipped_running or config.prefill_schedule_interval > 1
-    if policy in EVERY_RUNNING_CAP:
+    if policy in EVERY_RUNNING_CAP or releases.get(config.vllm).cap_counts == "running":
         claimed |= {"batch_lora_cap", "running_lora_cap"}
         if policy in FAIR_CAP:
             claimed.add("bounded_wait")

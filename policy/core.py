@@ -1,4 +1,4 @@
-"""The shared scheduler core: vLLM 0.32's V1 `Scheduler`, one step at a time.
+"""The shared scheduler core: vLLM's V1 `Scheduler`, one step at a time.
 
 `Scheduler.step` is one `schedule()` plus the model output it produces,
 written to follow `vllm/v1/core/sched/scheduler.py` (`schedule`,
@@ -14,6 +14,10 @@ KV connectors, pipeline parallelism (abstracted as the optional
 `skip_running` set: running requests the environment declines to schedule).
 
 The LoRA admission decision is delegated to a `Gate` (see `policy.gate`).
+Where the supported vLLM releases schedule differently, `config.vllm`
+selects the release (`spec.releases`, which lists each difference): the set
+the LoRA cap counts, where the prefill cadence is applied, the priority
+self-preemption rule and the `num_new_tokens == 0` rule.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lora_sched.policy.gate import Decision, Gate, ScanContext
+from lora_sched.spec import releases
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
 from lora_sched.spec.state import ReqState, State, StepRecord, blocks_for
@@ -47,9 +52,16 @@ class Scheduler:
     state: State = field(init=False)
     _pending: _Pending | None = field(default=None, init=False)
     _seq: int = field(default=0, init=False)
+    release: releases.Release = field(init=False)
+    # The scheduler's own prefill cadence (`prefill_cadence == "scheduler"`):
+    # steps that scheduled a token, and the one that last carried a prefill.
+    _executed: int = field(default=0, init=False)
+    _last_prefill: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         self.state = State(self.config)
+        self.release = releases.get(self.config.vllm)
+        self._last_prefill = -self.config.prefill_schedule_interval  # the first step is never held
 
     # ---- events -----------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -104,7 +116,12 @@ class Scheduler:
 
         `throttle` is vLLM's `schedule(throttle_prefills=...)` argument, which
         the data-parallel engine core sets on off-cadence steps
-        (`spec.config.throttled`)."""
+        (`spec.config.throttled`). Where the release's scheduler keeps its own
+        cadence instead (`prefill_cadence == "scheduler"`, 0.33, no `throttle`
+        allowed) a step is off-cadence while fewer than
+        `prefill_schedule_interval` executed steps have passed since the last
+        one that carried a prefill; the record's `throttle` says whether the
+        step was off-cadence either way."""
         st = self.state
         if step <= st.step and st.step != 0:
             raise ScheduleError(f"step {step} does not follow step {st.step}")
@@ -132,7 +149,15 @@ class Scheduler:
     # ---- schedule() -------------------------------------------------------
     def _schedule(self, step: int, skip_running: frozenset[str], throttle: bool) -> StepRecord:
         st, cfg = self.state, self.config
+        k = cfg.prefill_schedule_interval
+        if self.release.prefill_cadence == "scheduler":
+            if throttle:
+                raise ScheduleError(f"step {step}: throttle_prefills from the engine core, but vLLM "
+                                    f"{self.release.name}'s model is an engine without DP coordination, "
+                                    "whose scheduler keeps the prefill cadence itself")
+            throttle = k > 1 and (self._executed + 1) - self._last_prefill < k
         rec = StepRecord(step, list(st.waiting), list(st.running), {}, [], [], [], throttle)
+        prefill = False  # a prefill chunk scheduled, or a prefill admitted (0.33's cadence restart)
         # DP prefill balancing: on a throttled step defer prefill compute,
         # unless requests wait for capacity or nothing is decoding.
         defer = (throttle and not st.prefill_capacity_bound
@@ -185,36 +210,46 @@ class Scheduler:
                     ok = False
                     break
             if not ok:
+                if cfg.queue == "priority" and self.release.priority_self_preempt == "skip":
+                    continue  # it left `running`, so index i is already the next request
                 break
+            prefill |= rs.is_prefill_chunk
             scheduled_running.append(rid)
             rec.scheduled[rid] = n
             budget -= n
             i += 1
 
+        counted = scheduled_running if self.release.cap_counts == "scheduled" else st.running
         scheduled_loras = {
-            st.adapter(r) for r in scheduled_running if st.adapter(r) > 0
+            st.adapter(r) for r in counted if st.adapter(r) > 0
         }
-        # vLLM asserts `len(scheduled_loras) <= max_loras` here. It can fail: a
-        # running request left unscheduled for a reason other than the budget
-        # (PP, encoder budget: DESIGN's nondeterministic skip) does not count,
-        # so the scan may admit another adapter, and the next step schedules
-        # both. The reference goes on and lets `batch_lora_cap` report the
-        # batch instead of stopping (tests/test_search_violations.py).
+        # vLLM asserts `len(scheduled_loras) <= max_loras` here. On 0.32 it can
+        # fail: a running request left unscheduled for a reason other than the
+        # budget (PP, encoder budget: DESIGN's nondeterministic skip) does not
+        # count, so the scan may admit another adapter, and the next step
+        # schedules both. The reference goes on and lets `batch_lora_cap`
+        # report the batch instead of stopping (tests/test_search_violations.py).
 
         # Next, schedule the WAITING requests (only if nothing was preempted).
         if rec.preempted:
             for rid in st.waiting:
                 rec.holds[rid] = "preemption"
         else:
-            self._scan_waiting(step, rec, budget, threshold, scheduled_loras, defer)
+            prefill |= self._scan_waiting(step, rec, budget, threshold, scheduled_loras, defer)
+        if rec.scheduled:
+            self._executed += 1
+        if prefill:
+            self._last_prefill = self._executed
         batch = {st.adapter(r) for r in rec.scheduled if st.adapter(r) > 0}
         self.gate.step_done(ScanContext(st, step, scheduled_loras), batch)
         return rec
 
     def _scan_waiting(
         self, step: int, rec: StepRecord, budget: int, threshold: int, scheduled_loras: set[int], defer: bool
-    ) -> None:
+    ) -> bool:
+        """The waiting scan; returns whether it admitted a request with prefill left."""
         st, cfg = self.state, self.config
+        prefill = False
         ctx = ScanContext(st, step, scheduled_loras)
         order = self.gate.scan_order(ctx, list(st.waiting))
         admitted: set[str] = set()
@@ -245,6 +280,15 @@ class Scheduler:
                 stop_reason = "throttle"
                 break
             n = rs.num_tokens - rs.computed
+            if n == 0:
+                # Unreachable in the model (a waiting request always has a token
+                # left); vLLM reaches it through caches and connectors.
+                rec.holds[rid] = "no_tokens"
+                if self.release.zero_token_waiting == "skip":
+                    st.deferred.add(rid)
+                    continue
+                stop_reason = "no_tokens"
+                break
             if 0 < threshold < n:
                 n = threshold
             if not cfg.chunked_prefill and n > budget:
@@ -269,6 +313,7 @@ class Scheduler:
             rec.scheduled[rid] = n
             budget -= n
             rs.status = "running"
+            prefill |= rs.computed < rs.num_tokens - 1
             if rs.first_admitted is None:
                 rs.first_admitted = step
             if rs.req.adapter > 0:
@@ -285,6 +330,7 @@ class Scheduler:
             # A scan that could admit prefills records whether requests are
             # left waiting for capacity rather than skipped.
             st.prefill_capacity_bound = len(st.waiting) > len(st.deferred)
+        return prefill
 
     def _allocate(self, rs: ReqState, tokens: int) -> bool:
         need = blocks_for(tokens, self.config.block_size)

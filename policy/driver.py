@@ -70,7 +70,9 @@ def run(
     arrival, as vLLM's engine does not call `schedule()` without requests.
     With `prefill_schedule_interval > 1` each step is throttled as vLLM's DP
     engine core throttles it (`spec.config.throttled`), counting the steps of
-    the current wave (a busy period that starts when the engine was idle).
+    the current wave (a busy period that starts when the engine was idle),
+    on a release whose engine core drives the cadence (0.32); on 0.33 the
+    scheduler keeps its own cadence (`spec.releases`) and nothing is passed.
     """
     if policy is not None:
         config = replace(config, policy=policy)
@@ -113,7 +115,8 @@ def run(
                         writer.step(last)
                     held = None
                 continue
-            rec = sched.step(step, workload.skips.get(step, frozenset()), throttle=throttled(config, wave))
+            off = sched.release.prefill_cadence == "dp_engine" and throttled(config, wave)
+            rec = sched.step(step, workload.skips.get(step, frozenset()), throttle=off)
             wave += 1
             records.append(rec)
             if config.async_scheduling:

@@ -27,14 +27,14 @@ class ScanContext:
 
     state: State
     step: int
-    # Adapters (> 0) of running requests scheduled this step plus requests
-    # admitted so far in this scan: the set vLLM counts against max_loras.
+    # Adapters (> 0) of running requests scheduled this step (0.32; every
+    # running request on 0.33, `spec.releases`) plus requests admitted so far
+    # in this scan: the set vLLM counts against max_loras.
     scheduled_loras: set[int]
 
 
 def vllm_cap_blocks(ctx: ScanContext, adapter: int) -> bool:
-    """vLLM's LoRA cap (`spec.cap.cap_blocks`) over vLLM's set: the adapters
-    of running requests scheduled this step plus those admitted so far."""
+    """vLLM's LoRA cap (`spec.cap.cap_blocks`) over vLLM's set (`ScanContext.scheduled_loras`)."""
     return cap_blocks(ctx.scheduled_loras, adapter, ctx.state.config.max_loras)
 
 

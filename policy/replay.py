@@ -2,7 +2,9 @@
 
 The reference gets the trace's arrivals and aborts at the steps they name and
 schedules every step the trace records; it must produce the same queue
-orders, scheduled tokens, admissions, preemptions and finishes. The first
+orders, scheduled tokens, admissions, preemptions and finishes, and, on a
+release whose scheduler keeps the prefill cadence (0.33), the same
+off-cadence steps (on 0.32 a step's `throttle` is the engine core's input). The first
 divergence is reported with the state around it.
 """
 
@@ -80,7 +82,7 @@ def replay(trace: Trace, policy: str | None = None) -> ReplayResult:
     def compare(ev: Step, ours: StepRecord, fields: tuple[str, ...]) -> Divergence | None:
         for f in fields:
             want, got = getattr(ours, f), getattr(ev.rec, f)
-            same = (sorted(want) == sorted(got)) if f == "finished" else (
+            same = want == got if f == "throttle" else (sorted(want) == sorted(got)) if f == "finished" else (
                 list(want.items()) == list(got.items()) if f == "scheduled" else list(want) == list(got))
             if not same:
                 return Divergence(ev.rec.step, ev.line, f, want, got, _context(sched, ours, recent))
@@ -104,8 +106,13 @@ def replay(trace: Trace, policy: str | None = None) -> ReplayResult:
                         e.step, e.line, "arrive", f"refused: {exc}", "accepted", _context(sched, ours_last, recent)))
             else:
                 sched.abort(e.id)
-        ours = ours_last = sched.step(step, throttle=ev.rec.throttle)
+        # 0.32: the DP engine core's throttle is an input of the step; 0.33's
+        # scheduler keeps the cadence, so the trace's marks must match the reference's.
+        by_engine = sched.release.prefill_cadence == "dp_engine"
+        ours = ours_last = sched.step(step, throttle=ev.rec.throttle if by_engine else False)
         fields = FIELDS if not config.async_scheduling else FIELDS[:-1]
+        if not by_engine:
+            fields = ("throttle", *fields)
         d = compare(ev, ours, fields)
         if d is None and config.async_scheduling and prev is not None:
             d = compare(prev[0], prev[1], ("finished",))

@@ -1,9 +1,10 @@
-"""`vllm`: vLLM V1 since PR #15422 (vLLM 0.32 today).
+"""`vllm`: vLLM V1 since PR #15422 (vLLM 0.32 and 0.33).
 
 A waiting request whose adapter would exceed `max_loras` is skipped and the
 scan goes on; skipped requests return to the head of `waiting` in their
 original order. The cap counts adapters of running requests *scheduled this
-step* plus those admitted so far. Known defect: an adapter can starve while
+step* (0.32; every running request on 0.33, `spec.releases`) plus those
+admitted so far. Known defect: an adapter can starve while
 the active adapters keep receiving requests (vLLM #16876, SGLang #15129).
 """
 

@@ -137,6 +137,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import z3
+from lora_sched.spec import releases
 
 POLICIES = ("vllm", "fair", "blocking", "drainer", "timeslice", "vtc")
 FIELD = ("drainer", "timeslice", "vtc")  # the field's reference gates (policy/drainer.py, timeslice.py, vtc.py)
@@ -147,15 +148,24 @@ CAP_PROPERTIES = ("running_lora_cap", "batch_lora_cap")
 @dataclass(frozen=True)
 class Model:
     """One transition system: a policy, whether running requests may be left
-    unscheduled while the scan runs, and an optional planted bug."""
+    unscheduled while the scan runs, an optional planted bug, and the vLLM
+    release whose cap set the scan starts from (`spec.releases`: 0.32 the
+    scheduled running requests, 0.33 every running one)."""
 
     policy: str
     skip: bool = False
     mutant: str | None = None
+    release: str = releases.LEGACY
 
     @property
     def label(self) -> str:
-        return f"{self.policy}{'+skip' if self.skip else ''}{'[' + self.mutant + ']' if self.mutant else ''}"
+        return (f"{self.policy}{'+skip' if self.skip else ''}{'[' + self.mutant + ']' if self.mutant else ''}"
+                f"{'@' + self.release if self.release != releases.LEGACY else ''}")
+
+    @property
+    def counts_running(self) -> bool:
+        """Does the scan's cap set start from every running request (fair's own, or the release's)?"""
+        return self.policy == "fair" or releases.get(self.release).cap_counts == "running"
 
 
 # Planted bugs: name -> (what it changes, the properties that must catch it).
@@ -314,7 +324,7 @@ def invariants(g: Sig, s: State, m: Model) -> dict[str, z3.BoolRef]:
     if m.policy == "timeslice":
         inv["slots"] = active_ok(g, s.act, s.slot)
         inv["active_running"] = _fa([r], z3.Implies(z3.And(s.R(r), g.lora(r)), s.act(g.adapter(r))))
-    elif m.policy == "fair" or not m.skip:
+    elif m.counts_running or not m.skip:
         inv["slots"] = slots_ok(g, s.R, s.slot)
     if m.policy != "drainer":
         inv["fifo_state"] = _fa([r1, r2], z3.Implies(
@@ -424,7 +434,7 @@ class Step:
 
     def c0_base(self, r: z3.ExprRef) -> z3.BoolRef:
         """The running requests whose adapters form the scan's initial cap set."""
-        if self.m.policy == "fair" and self.m.mutant != "fair_scheduled_set":
+        if self.m.counts_running and self.m.mutant != "fair_scheduled_set":
             return self.R2(r)
         return self.sched(r)
 
@@ -1207,6 +1217,9 @@ MODELS: tuple[tuple[Model, tuple[str, ...], tuple[str, ...]], ...] = (
     (Model("timeslice", True), PROPERTIES, ()),  # the active set bounds every running adapter
     (Model("vtc"), PROPERTIES, ()),
     (Model("vtc", True), ("capacity", "conservation", "fifo_within_adapter"), CAP_PROPERTIES),
+    # vLLM 0.33's stock cap (every running request's adapter): both caps with skips too
+    (Model("vllm", True, release="0.33"), PROPERTIES, ()),
+    (Model("blocking", True, release="0.33"), PROPERTIES, ()),
 )
 
 # Planted bugs: (model, mutant); each must make every property MUTANTS names fail.

@@ -1,9 +1,11 @@
 """The LoRA cap: the one predicate every part of the project asks.
 
-vLLM 0.32 `Scheduler.schedule()` skips a waiting request when
+vLLM's `Scheduler.schedule()` skips a waiting request when
 `len(scheduled_loras) == max_loras and lora_int_id not in scheduled_loras`.
 Which set is counted is the policy's choice (`blocking` and `vllm` count
-vLLM's `scheduled_loras`; `fair` counts every running request's adapter);
+vLLM's `scheduled_loras`, which starts from the scheduled running requests on
+0.32 and from every running request on 0.33, `spec.releases`; `fair` counts
+every running request's adapter);
 the rule over that set is written here once and used by the reference gates
 (`policy.gate`), the policies inside vLLM (`lora_sched.scheduler`), the trace
 checker (`spec.properties.no_hol_blocking`, `policy.fair.FairHolds`).

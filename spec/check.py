@@ -116,7 +116,7 @@ def check_trace(trace: Trace | str, policy: str | None = None) -> CheckReport:
 def format_report(report: CheckReport) -> str:
     t = report.trace
     lines = [f"trace {t.path}: {len(t.requests())} requests, {len(t.steps())} steps, "
-             f"policy {t.config.policy}, source {t.source or '?'}"
+             f"policy {t.config.policy}, source {t.source or '?'}, vLLM {t.config.vllm} semantics"
              + ("" if t.complete else f" (truncated: the last line is cut short; the trace stops after step "
                                        f"{report.last_step})")]
     for name in ALL_PROPERTIES:

@@ -1,13 +1,17 @@
 """Scheduler configuration (DESIGN section 2, "Config").
 
-Every field mirrors a vLLM 0.32 engine argument; defaults are vLLM's own so
+Every field mirrors a vLLM engine argument; defaults are vLLM's own so
 that a trace whose header omits a key means what vLLM would have done.
+`vllm` names the release whose scheduling semantics the reference follows
+(`spec.releases`); a trace reader sets it from the header's `source`.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+from lora_sched.spec import releases
 
 QUEUES = ("fcfs", "priority")
 POLICIES = ("blocking", "vllm", "fair")
@@ -46,6 +50,10 @@ class Config:
     # the DP engine core calls `schedule(throttle_prefills=True)` on every step
     # whose counter is not a multiple of it; 1 = never throttle.
     prefill_schedule_interval: int = 1
+    # The vLLM release whose scheduler the reference follows (`spec.releases`).
+    # The default is the release the Z3 encoding (`proofs/`) and every trace
+    # written before the registry model; `simulate --vllm` defaults to the newest.
+    vllm: str = releases.LEGACY
 
     def __post_init__(self) -> None:
         validate(self)
@@ -74,9 +82,10 @@ def _int(cfg: Config, name: str, lo: int) -> None:
 
 
 def throttled(cfg: Config, counter: int) -> bool:
-    """Does the DP engine core throttle prefills on a step?
+    """Does the engine core throttle prefills on a step?
 
-    vLLM 0.32 `DPEngineCoreProc._should_throttle_prefills`: `interval > 1 and
+    vLLM 0.32 `DPEngineCoreProc._should_throttle_prefills` (0.33's
+    scheduler keeps its own cadence instead: `spec.releases`, `prefill_cadence`): `interval > 1 and
     step_counter % interval != 0`, where `counter` (vLLM's `step_counter`) is
     the number of steps run since the current wave started: 0 for the first
     step after the engine was idle, which is therefore never throttled."""
@@ -100,5 +109,7 @@ def validate(cfg: Config) -> None:
             raise ConfigError(f"{flag} must be true or false, got {getattr(cfg, flag)!r}")
     if cfg.queue not in QUEUES:
         raise ConfigError(f"queue must be one of {', '.join(QUEUES)}, got {cfg.queue!r}")
+    if cfg.vllm not in releases.RELEASES:
+        raise ConfigError(f"vllm must be a supported release ({', '.join(releases.RELEASES)}), got {cfg.vllm!r}")
     if cfg.policy not in POLICIES + REFERENCE_POLICIES:
         raise ConfigError(f"policy must be one of {', '.join(POLICIES + REFERENCE_POLICIES)}, got {cfg.policy!r}")

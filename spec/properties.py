@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from lora_sched.spec import releases
 from lora_sched.spec.cap import cap_blocks
 from lora_sched.spec.config import Config
 from lora_sched.spec.state import StepRecord, blocks_for
@@ -204,7 +205,11 @@ def no_hol_blocking(view: StepView, holds: PolicyHolds | None = None) -> Violati
         return None
     budget = cfg.max_num_batched_tokens - sum(n for r, n in rec.scheduled.items() if r not in rec.admitted)
     seats = len(rec.running)
-    loras = {view.adapter[r] for r in rec.scheduled if r not in rec.admitted and view.adapter[r] > 0}
+    # The set vLLM counts before its scan (spec.releases, cap_counts): the
+    # running requests it scheduled (0.32), or every running one (0.33).
+    counted = rec.running if releases.get(cfg.vllm).cap_counts == "running" else \
+        [r for r in rec.scheduled if r not in rec.admitted]
+    loras = {view.adapter[r] for r in counted if view.adapter[r] > 0}
     used = view.used_before_scan
     admitted = set(rec.admitted)
     order = list(rec.waiting)

@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
+from lora_sched.spec import releases
 from lora_sched.spec.config import Config, ConfigError
 from lora_sched.spec.request import Request, RequestError
 from lora_sched.spec.state import StepRecord
@@ -112,6 +113,21 @@ class TraceWriter:
 
 
 # ---- reading ---------------------------------------------------------------
+
+def _release(head: dict[str, Any], source: str, err) -> str:
+    """The vLLM release a header selects: the one its `source` names (a
+    recorded trace: `vllm 0.33.0`), else its config's `vllm` key (a reference
+    trace), else `releases.LEGACY`. Both given and different: inconsistent."""
+    try:
+        named = releases.from_source(source)
+    except releases.UnknownRelease as exc:
+        raise err(f"source {source!r}: {exc}") from None
+    raw = head.get("config", {})
+    keyed = raw.get("vllm") if isinstance(raw, dict) else None
+    if named is not None and keyed is not None and keyed != named:
+        raise err(f"source {source!r} names vLLM {named} but config says vllm {keyed!r}")
+    return named or keyed or releases.LEGACY
+
 
 def _get(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], err) -> Any:
     if key not in obj:
@@ -211,7 +227,11 @@ def read_trace(path: str | os.PathLike[str], *, allow_truncated_tail: bool = Fal
         config = Config.from_dict(head.get("config", {}))
     except ConfigError as exc:
         raise err0(str(exc)) from None
-    trace = Trace(spath, config, str(head.get("source", "")), head, complete=complete)
+    source = head.get("source", "")
+    if not isinstance(source, str):
+        raise err0(f"field 'source' must be a string, got {source!r}")
+    config = replace(config, vllm=_release(head, source, err0))
+    trace = Trace(spath, config, source, head, complete=complete)
 
     known: dict[str, Request] = {}
     last_step: int | None = None  # the last step line read

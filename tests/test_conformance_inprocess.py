@@ -1,7 +1,8 @@
 """In-process conformance: vLLM's real scheduler against the reference.
 
-Runs vLLM 0.32's `Scheduler` / `AsyncScheduler` (and our `blocking` / `fair`
-classes built on them) on random workloads and on every scenario, records
+Runs the installed vLLM's `Scheduler` / `AsyncScheduler` (and our `blocking` /
+`fair` classes built on them; `make test` runs this file on vLLM 0.32 in .venv
+and on 0.33 in .venv-033) on random workloads and on every scenario, records
 the trace and replays it step by step through `policy.core`. Marked `vllm`:
 `conformance.inprocess` imports vLLM, so it is imported inside the tests and
 `pytest -m "not vllm"` collects this file without vLLM installed.
@@ -28,6 +29,12 @@ def conform(*args, **kw):
     return conform(*args, **kw)
 
 
+def installed_release() -> str:
+    from lora_sched.conformance.recorder import installed_release
+
+    return installed_release()
+
+
 def random_case(rnd: random.Random):
     from lora_sched.conformance.inprocess import random_case
 
@@ -39,7 +46,8 @@ def _check(cfg, wl, tmp_path, policy):
     out = conform(cfg, wl, tmp_path / "t.jsonl", policy=policy)
     assert out.replay.ok, f"{cfg}\n{out.replay.describe()}"
     report = check_trace(str(out.trace))
-    broken = {p: str(v) for p, v in report.first.items() if p in claims(policy, cfg)}
+    assert report.trace.config.vllm == installed_release()  # the recorder names the installed vLLM
+    broken = {p: str(v) for p, v in report.first.items() if p in claims(policy, report.trace.config)}
     assert not broken, f"{cfg}\n{broken}"
     return out
 
@@ -221,3 +229,49 @@ def test_planted_guard_in_vllm_is_caught(tmp_path, plant):
     run_workload(cfg, wl, path, policy="fair", scheduler_class=Planted)
     out = replay(read_trace(str(path)), "fair")
     assert not out.ok, f"{PlantedGate.guard_class.__doc__} inside vLLM went unnoticed"
+
+
+def test_the_harness_throttles_once_on_each_release(tmp_path):
+    """The harness plays the DP engine core's cadence on 0.32 and leaves it to
+    0.33's scheduler. On 0.33 the trace's off-cadence steps are the
+    scheduler's own and replay compares them: the harness throttling as well
+    (twice) diverges. On 0.32 the engine core's throttle is an input of each
+    step, so a run without it replays too; there the harness must mark the
+    engine core's off-cadence steps, and without it none is marked."""
+    from lora_sched.conformance.inprocess import run_workload
+    from lora_sched.policy.replay import replay
+    from lora_sched.spec.trace import read_trace
+    from test_releases import CADENCE
+
+    cfg, wl = CADENCE
+    release = installed_release()
+    runs = {}
+    for engine_cadence in (None, release == "0.33"):
+        path = tmp_path / f"cadence-{engine_cadence}.jsonl"
+        run_workload(cfg, wl, path, engine_cadence=engine_cadence)
+        runs[engine_cadence] = trace = read_trace(path)
+        assert trace.config.vllm == release
+    assert replay(runs[None], "vllm").ok, replay(runs[None], "vllm").describe()
+    off = [s.step for s in runs[None].steps() if s.throttle]
+    if release == "0.33":
+        assert off[:6] == [4, 5, 7, 8, 9, 11]  # the reference's cadence (tests/test_releases.py)
+        twice = replay(runs[True], "vllm")
+        assert not twice.ok and twice.divergence is not None, twice.describe()
+    else:
+        assert off[:7] == [2, 3, 5, 6, 8, 9, 11]
+        assert not any(s.throttle for s in runs[False].steps())
+
+
+def test_priority_self_preemption_on_each_release(tmp_path):
+    """The workload on which 0.33 goes on past a self-preempting request
+    (tests/test_releases.py) conforms on each release, and vLLM's own
+    scheduler does what the registry says: r1 runs at step 3 on 0.33 only."""
+    from test_releases import SELF_PREEMPT
+
+    cfg, wl = SELF_PREEMPT
+    out = _check(cfg, wl, tmp_path, "vllm")
+    from lora_sched.spec.trace import read_trace
+
+    step3 = next(s for s in read_trace(out.trace).steps() if s.step == 3)
+    assert step3.preempted == ["r0"]
+    assert step3.scheduled == ({"r1": 1} if installed_release() == "0.33" else {})

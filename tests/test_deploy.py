@@ -1,5 +1,9 @@
 """The shipped scheduler classes: structural hook, refusal on unknown vLLM, settings.
 
+Runs on each supported release (`make test` runs it under .venv, vLLM 0.32,
+and .venv-033, vLLM 0.33), so the hooks are tested on both real sources and
+on synthetic changes of each.
+
 The classes' behaviour is checked step for step against the reference by the
 in-process conformance tests and, with the README's own command line, by
 `tests/test_conformance_live.py::test_readme_deploy_command`.
@@ -56,6 +60,30 @@ def test_unknown_schedule_shape_refuses_to_load(deploy, source, change, what):
         deploy.hook_schedule(source.replace(old, new), version="0.99.0")
     msg = str(info.value)
     assert "vLLM 0.99.0" in msg and deploy.SUPPORTED_VLLM in msg and what in msg and "has 0" in msg
+
+
+@pytest.mark.parametrize("version, release", [
+    ("0.32.0", "0.32"), ("0.32.3", "0.32"), ("0.33.0", "0.33"), ("0.33.1+cpu", "0.33"),
+])
+def test_supported_releases_load(deploy, version, release):
+    assert deploy.check_version(version) == release
+
+
+@pytest.mark.parametrize("version", ["0.31.2", "0.34.0", "1.0.0", "0.3", "nightly"])
+def test_other_releases_refuse_to_load(deploy, version):
+    """Any vLLM outside the registry is refused, naming it and the supported range."""
+    with pytest.raises(deploy.UnsupportedVllm) as info:
+        deploy.check_version(version)
+    msg = str(info.value)
+    assert f"vLLM {version}" in msg and "0.32.x, 0.33.x" in msg
+
+
+def test_installed_vllm_is_the_release_the_classes_run():
+    import vllm
+
+    deploy = importlib.import_module("lora_sched.scheduler")
+    assert deploy.RELEASE == vllm.__version__.rsplit(".", vllm.__version__.count(".") - 1)[0]
+    assert deploy.RELEASE in ("0.32", "0.33")
 
 
 def test_duplicated_shape_refuses_to_load(deploy, source):

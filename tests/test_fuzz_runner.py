@@ -2,7 +2,9 @@
 
 Seed 1029 is the first workload of the campaign from seed 0 that trips vLLM
 0.32's `assert len(scheduled_loras) <= max_loras` under the DP prefill
-throttle (docs/findings.md 1, docs/fuzz.md).
+throttle (docs/findings.md 1, docs/fuzz.md). On vLLM 0.33 (`make test` runs
+this file under .venv-033 too) the same workload runs clean: 0.33 counts every
+running request's adapter.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ SEED = 1029
 def test_vllm_crash_is_a_finding_with_the_trace_up_to_it(tmp_path) -> None:
     case = generate(SEED)
     res = run_case(case, tmp_path / "t.jsonl")
+    if installed_release() == "0.33":
+        assert not res.failures, [f.message for f in res.failures]
+        assert read_trace(tmp_path / "t.jsonl").config.vllm == "0.33"
+        return
     assert CRASH in res.signatures, (f"seed {SEED} no longer crashes vLLM (was the generator changed?)",
                                      [f.message for f in res.failures])
     crash = next(f for f in res.failures if f.signature == CRASH)
@@ -44,8 +50,17 @@ def test_fair_in_vllm_runs_the_crashing_workload() -> None:
 
 
 def test_the_crash_shrinks_to_three_requests() -> None:
+    if installed_release() != "0.32":
+        pytest.skip("0.33 does not crash on it: nothing to shrink "
+                    "(test_vllm_crash_is_a_finding_with_the_trace_up_to_it runs it clean there)")
     out = shrink(generate(SEED), lambda c: CRASH in run_case(c).signatures, max_runs=700)
     small = out.case
     assert CRASH in run_case(small).signatures
     assert len(small.workload.requests) == 3, small.to_json()  # no 1- or 2-request workload crashes
     assert small.config.prefill_schedule_interval > 1 and not small.workload.aborts
+
+
+def installed_release() -> str:
+    from lora_sched.conformance.recorder import installed_release  # imports vLLM: only when these tests run
+
+    return installed_release()

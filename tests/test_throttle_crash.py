@@ -1,4 +1,4 @@
-"""The DP-throttle crash on vLLM 0.32 itself, its fix in fair, and the upstream patch.
+"""The DP-throttle crash on vLLM 0.32 itself, its fix in fair, the upstream patch, and 0.33.
 
 `conformance.crash.shortest_crash` finds the smallest workload whose run
 under vLLM's LoRA rule with DP prefill throttling puts two adapters in one
@@ -7,6 +7,11 @@ batch with max_loras 1. Here it runs on vLLM's own `Scheduler`: vLLM's
 exactly the step the reference predicts, the trace up to it replays step for
 step; `lora_sched.scheduler.FairScheduler` completes it with both caps; and
 the patch of `docs/findings.md` applied to vLLM's `scheduler.py` fixes it.
+
+On vLLM 0.33 (`make test` runs this file under .venv-033 too) the same
+workload runs to completion with both caps: 0.33's scheduler counts every
+running request's adapter (scheduler.py 1038-1047, the patch's line), so the
+patch no longer applies, and the trace replays against the 0.33 reference.
 """
 
 from __future__ import annotations
@@ -50,8 +55,20 @@ def test_search_finds_a_three_request_crash(crash):
     assert any(r.adapter == 2 and r.prompt_tokens == 1 for r in reqs)
 
 
-def test_stock_vllm_trips_its_max_loras_assert(crash, tmp_path):
+def test_stock_vllm_on_the_crash(crash, tmp_path):
+    """0.32 trips its max_loras assert at the step the reference flags; 0.33 completes it with both caps."""
     path = tmp_path / "stock.jsonl"
+    if installed_release() == "0.33":
+        run_workload(CONFIG, crash.workload, path)
+        report = check_trace(str(path), policy="vllm")
+        assert report.trace.config.vllm == "0.33" and report.replay is not None and report.replay.ok, \
+            report.replay.describe() if report.replay else None
+        assert report.trace.complete and not CAPS & set(report.first), report.first
+        assert any(s.throttle for s in report.trace.steps())  # the scheduler's own cadence held prefills
+        finished = {rid for s in report.trace.steps() for rid in s.finished}
+        assert finished == {r.id for r in crash.workload.requests}
+        return
+    assert installed_release() == "0.32"
     with pytest.raises(AssertionError) as info:
         run_workload(CONFIG, crash.workload, path)
     frame = traceback.extract_tb(info.tb)[-1]
@@ -98,9 +115,26 @@ def _patched_scheduler_class(tmp_path: Path) -> type:
 def test_upstream_patch_fixes_the_crash(crash, tmp_path):
     """`docs/vllm-0.32-lora-cap.patch` (count every running request's adapter)
     applied to vLLM's own scheduler.py: the crashing workload completes and
-    keeps both caps."""
+    keeps both caps. On 0.33 upstream has the patch's line, so it no longer applies."""
+    if installed_release() == "0.33":
+        import vllm.v1.core.sched.scheduler as stock
+
+        text = Path(stock.__file__).read_text()
+        assert "for req in self.running\n                if req.lora_request" in text
+        copy = tmp_path / "scheduler.py"
+        shutil.copy(stock.__file__, copy)
+        dry = subprocess.run(["patch", "--dry-run", "-N", "-s", str(copy), str(PATCH)],
+                             capture_output=True, text=True)
+        assert dry.returncode != 0, dry.stdout
+        return
     cls = _patched_scheduler_class(tmp_path)
     path = tmp_path / "patched.jsonl"
     run_workload(CONFIG, crash.workload, path, scheduler_class=cls)
     report = check_trace(str(path))
     assert report.trace.complete and not CAPS & set(report.first), report.first
+
+
+def installed_release() -> str:
+    from lora_sched.conformance.recorder import installed_release  # imports vLLM: only when these tests run
+
+    return installed_release()

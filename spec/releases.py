@@ -1,0 +1,113 @@
+"""The supported vLLM releases and their scheduling semantics: one registry.
+
+Every part of the project that must know which vLLM it models asks here: the
+reference core (`policy.core`), the trace reader (a header's `source` selects
+the release), the checker's `no_hol_blocking` (which cap set vLLM counts),
+the claims (`policy.claims`), the deploy classes (`lora_sched.scheduler`:
+which installed versions they accept) and the recorder (which version a trace
+says it came from).
+
+The differences, read from `vllm/v1/core/sched/scheduler.py` and
+`vllm/v1/engine/core.py` of each release (line numbers are 0.33.0's):
+
+- `cap_counts`: which running requests' adapters the LoRA cap counts before
+  the waiting scan. 0.32: those *scheduled* this step (`scheduled_loras` is
+  built from `scheduled_running_reqs`), so a running request left
+  unscheduled (async sure-to-finish, DP throttle, PP) frees its slot. 0.33:
+  every request in `self.running` (scheduler.py 1038-1047).
+- `prefill_cadence`: who applies `--prefill-schedule-interval`. 0.32:
+  only the data-parallel engine core (`DPEngineCoreProc`), which calls
+  `schedule(throttle_prefills=True)` on the off-cadence steps of its wave
+  counter (`spec.config.throttled`); a single engine never throttles.
+  0.33: the scheduler itself, on an engine that is not DP-coordinated (a
+  single engine, or a dense DP rank): a step is off-cadence while fewer than
+  `interval` steps that scheduled a token have passed since the last one that
+  carried a prefill (a running prefill chunk, or an admitted request with
+  more than one token left), and then defers prefills exactly as a throttled
+  step does (scheduler.py 396-425, 771-791, 1621-1629). The engine core
+  still throttles MoE DP ranks as 0.32 did, and their local cadence is off;
+  the model's 0.33 is the engine without DP coordination, so the harnesses
+  pass no `throttle_prefills` there (passing it too throttles twice).
+- `priority_self_preempt`: under the priority policy, what the running loop
+  does when the request it is scheduling is itself the lowest-priority victim.
+  0.32: the loop ends (`break`); 0.33: the loop goes on with the next running
+  request (`continue`, scheduler.py 982-992).
+- `zero_token_waiting`: what the waiting scan does with a request that has no
+  token to schedule (`num_new_tokens == 0`). 0.32: the scan stops (`break`);
+  0.33: the request is skipped and the scan goes on (scheduler.py 1394-1398).
+  The model cannot reach it (a waiting request always has a token left, since
+  prefix caching and KV connectors are not modelled), so the core states it
+  and no trace of the model tells the two apart.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+class UnknownRelease(ValueError):
+    """A vLLM release the registry does not list; the message names the supported ones."""
+
+
+@dataclass(frozen=True)
+class Release:
+    name: str  # "0.32": the release line, any patch version
+    cap_counts: str  # "scheduled" | "running"
+    prefill_cadence: str  # "dp_engine" | "scheduler"
+    priority_self_preempt: str  # "stop" | "skip"
+    zero_token_waiting: str  # "stop" | "skip"
+
+    @property
+    def pattern(self) -> str:
+        """The installed versions this release covers, as users write it (`0.32.x`)."""
+        return f"{self.name}.x"
+
+    def covers(self, version: str) -> bool:
+        """Is the vLLM `version` string (`0.33.0`, `0.33.1+cpu`) of this release?"""
+        return release_name(version) == self.name
+
+
+RELEASES: dict[str, Release] = {
+    r.name: r for r in (
+        Release("0.32", cap_counts="scheduled", prefill_cadence="dp_engine",
+                priority_self_preempt="stop", zero_token_waiting="stop"),
+        Release("0.33", cap_counts="running", prefill_cadence="scheduler",
+                priority_self_preempt="skip", zero_token_waiting="skip"),
+    )
+}
+NEWEST = max(RELEASES, key=lambda n: tuple(int(x) for x in n.split(".")))
+# Traces written before the registry (and reference traces whose source names
+# no vLLM) model the only release the project knew then.
+LEGACY = "0.32"
+SUPPORTED = ", ".join(r.pattern for r in RELEASES.values())
+
+_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.[0-9A-Za-z.+-]*)?$")
+_IN_SOURCE = re.compile(r"\bvllm[ -]v?(\d+\.\d+(?:\.[0-9A-Za-z.+-]*)?)", re.IGNORECASE)
+
+
+def release_name(version: str) -> str:
+    """`0.33.0` -> `0.33`; the release line of a version string (not checked against the registry)."""
+    m = _VERSION.match(version.strip())
+    if m is None:
+        raise UnknownRelease(f"vLLM version {version!r} is not a version number (supported: {SUPPORTED})")
+    return f"{int(m.group(1))}.{int(m.group(2))}"
+
+
+def get(name: str) -> Release:
+    """The release `name` (`0.33`, or a full version such as `0.33.0`), or a clear error."""
+    if not isinstance(name, str):
+        raise UnknownRelease(f"vLLM release must be a string such as {NEWEST!r}, got {name!r}")
+    key = release_name(name)
+    if key not in RELEASES:
+        raise UnknownRelease(f"vLLM {name} is not a supported release (supported: {SUPPORTED})")
+    return RELEASES[key]
+
+
+def from_source(source: str) -> str | None:
+    """The release a trace header's `source` names (`vllm 0.33.0` -> `0.33`),
+    None when it names no vLLM version; an unsupported one raises `UnknownRelease`."""
+    m = _IN_SOURCE.search(source)
+    if m is None:
+        return None
+    return get(m.group(1)).name

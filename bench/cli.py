@@ -204,17 +204,14 @@ def main(args: argparse.Namespace) -> int:
               f"{fire if fire is not None else 'none in the sweep'}")
 
     if args.speed:
-        from lora_sched.bench.refspeed import reference_speed, vllm_speed
+        from lora_sched.bench.refspeed import compare, describe
         progress("reference speed: importing vLLM and timing its Scheduler ...")
-        ref = reference_speed(cfg, reqs)
-        vl = vllm_speed(cfg, reqs)
+        ref, vl = compare(cfg, reqs)
         report["speed"] = {"reference": {"steps": ref.steps, "seconds": ref.seconds,
                                          "steps_per_s": ref.steps_per_s},
                            "vllm": {"steps": vl.steps, "seconds": vl.seconds, "steps_per_s": vl.steps_per_s},
                            "ratio_reference_over_vllm": ref.steps_per_s / vl.steps_per_s}
-        print(f"\nreference `vllm` policy: {ref.steps_per_s:.0f} steps/s ({ref.steps} steps);"
-              f" vLLM Scheduler: {vl.steps_per_s:.0f} steps/s ({vl.steps} steps);"
-              f" ratio {ref.steps_per_s / vl.steps_per_s:.2f}x")
+        print("\n" + describe(ref, vl))
 
     if not args.no_plots:
         from lora_sched.bench import plots

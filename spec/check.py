@@ -67,6 +67,26 @@ class _Stats:
     present: int = 0  # Q: the peak of waiting + running
     waiting: int = 0  # Qw: the peak of waiting
 
+    def add(self, ev: Event) -> None:
+        if isinstance(ev, Arrive):
+            r = ev.req
+            self.requests += 1
+            self.priorities.add(r.priority)
+            self.max_prompt = max(self.max_prompt, r.prompt_tokens)
+            self.max_output = max(self.max_output, r.max_tokens)
+        elif isinstance(ev, Step):
+            self.steps += 1
+            self.present = max(self.present, peak_present((ev.rec,)))
+            self.waiting = max(self.waiting, peak_waiting((ev.rec,)))
+
+
+def bound_for(trace: Trace) -> tuple[int | None, str]:
+    """B of `policy.fair` for this trace's config and requests, or why none applies."""
+    stats = _Stats()
+    for ev in trace.events:
+        stats.add(ev)
+    return _bound(trace.config, stats)
+
 
 def _bound(cfg: Config, stats: _Stats) -> tuple[int | None, str]:
     """B of `policy.fair` for this trace's config and requests (`observed_bound`), or why none applies."""
@@ -117,14 +137,8 @@ class TraceCheck:
     def feed(self, ev: Event) -> None:
         from lora_sched.policy.replay import due_events
 
-        stats = self.stats
+        self.stats.add(ev)
         if not isinstance(ev, Step):
-            if isinstance(ev, Arrive):
-                r = ev.req
-                stats.requests += 1
-                stats.priorities.add(r.priority)
-                stats.max_prompt = max(stats.max_prompt, r.prompt_tokens)
-                stats.max_output = max(stats.max_output, r.max_tokens)
             self.pending.append(ev)
             return
         obs, rp = self.obs, self.replayer
@@ -135,11 +149,7 @@ class TraceCheck:
                 obs.abort(e.id)
             if rp is not None:
                 rp.apply(e)
-        rec = ev.rec
-        stats.steps += 1
-        stats.present = max(stats.present, peak_present((rec,)))
-        stats.waiting = max(stats.waiting, peak_waiting((rec,)))
-        for v in obs.observe(rec):
+        for v in obs.observe(ev.rec):
             self._found(replace(v, line=ev.line))
         if rp is not None:
             rp.step(ev)

@@ -106,14 +106,23 @@ class Observer:
 
     def __post_init__(self) -> None:
         r = self.reqs
+        # What never changes is kept in plain dicts (the hot lookups); the rest is read when asked.
+        self._fixed: dict[str, dict[str, int]] = {k: {} for k in ("adapter", "arrival", "priority", "seq")}
         self._views = dict(
-            adapter=_Column(r, lambda o: o.req.adapter), num_tokens=_Column(r, lambda o: o.num_tokens),
-            computed=_Column(r, lambda o: o.computed), waiting_since=_Column(r, lambda o: o.waiting_since),
-            arrival=_Column(r, lambda o: o.req.arrival), priority=_Column(r, lambda o: o.req.priority),
-            seq=_Column(r, lambda o: o.seq), ever_admitted=_EverAdmitted(r), status=_Column(r, lambda o: o.status))
+            num_tokens=_Column(r, lambda o: o.num_tokens), computed=_Column(r, lambda o: o.computed),
+            waiting_since=_Column(r, lambda o: o.waiting_since), ever_admitted=_EverAdmitted(r),
+            status=_Column(r, lambda o: o.status), **self._fixed)
+        for rid, o in r.items():
+            self._track(rid, o)
+
+    def _track(self, rid: str, o: Observed) -> None:
+        f = self._fixed
+        f["adapter"][rid], f["arrival"][rid], f["priority"][rid], f["seq"][rid] = \
+            o.req.adapter, o.req.arrival, o.req.priority, o.seq
 
     def arrive(self, req: Request) -> None:
-        self.reqs[req.id] = Observed(req, self._seq, waiting_since=req.arrival)
+        o = self.reqs[req.id] = Observed(req, self._seq, waiting_since=req.arrival)
+        self._track(req.id, o)
         self._seq += 1
 
     def abort(self, rid: str) -> None:
@@ -125,6 +134,8 @@ class Observer:
     # ---- retired requests ---------------------------------------------------
     def _retire(self, rid: str) -> None:
         o = self.reqs.pop(rid)
+        for d in self._fixed.values():
+            del d[rid]
         r = o.req
         self._retired[rid] = _RETIRED.pack(
             o.seq, r.adapter, r.prompt_tokens, r.max_tokens, r.arrival, r.priority, _STATUS[o.status],
@@ -139,6 +150,10 @@ class Observer:
         ordered = sorted(self.reqs.items(), key=lambda kv: kv[1].seq)
         self.reqs.clear()
         self.reqs.update(ordered)
+        for d in self._fixed.values():
+            d.clear()
+        for r, o in ordered:
+            self._track(r, o)
 
     def _unpacked(self) -> Iterator[tuple[str, int, int, int | None, str]]:
         """(id, seq, arrival, first admitted, status) of every request, retired or live."""

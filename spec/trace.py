@@ -75,18 +75,29 @@ class Trace:
 
 
 class TraceWriter:
-    """Writes one event a line and flushes it (and fsyncs on close)."""
+    """Writes one event a line and flushes it (and fsyncs on close).
 
-    def __init__(self, path: str | os.PathLike[str], config: Config, source: str) -> None:
+    A path ending in `.gz` is written gzip-compressed. `flush_every` lines
+    are written between flushes (1: every line, so a crash loses nothing; a
+    larger value trades the last lines for speed, gzip compressing better)."""
+
+    def __init__(self, path: str | os.PathLike[str], config: Config, source: str, *, flush_every: int = 1) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f: IO[str] = open(self.path, "w", encoding="utf-8")
+        self._gz = self.path.suffix == ".gz"
+        self._f: IO[str] = (gzip.open(self.path, "wt", encoding="utf-8", compresslevel=6)
+                            if self._gz else open(self.path, "w", encoding="utf-8"))
+        self._flush_every = max(1, flush_every)
+        self._unflushed = 0
         self._emit({"kind": "header", "format": FORMAT, "version": VERSION,
                     "source": source, "config": config.to_dict()})
 
     def _emit(self, obj: dict[str, Any]) -> None:
         self._f.write(json.dumps(obj, separators=(",", ":")) + "\n")
-        self._f.flush()
+        self._unflushed += 1
+        if self._unflushed >= self._flush_every:
+            self._f.flush()
+            self._unflushed = 0
 
     def arrive(self, req: Request, step: int) -> None:
         d = req.to_dict()
@@ -103,6 +114,11 @@ class TraceWriter:
     def close(self) -> None:
         if not self._f.closed:
             self._f.flush()
+            if self._gz:
+                self._f.close()  # closing writes the gzip trailer; fsync the file after
+                with open(self.path, "rb") as f:
+                    os.fsync(f.fileno())
+                return
             os.fsync(self._f.fileno())
             self._f.close()
 

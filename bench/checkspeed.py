@@ -6,8 +6,10 @@ about 0.5 arrivals per step, short prompts and outputs) is simulated by the
 reference `vllm` policy (`policy.driver.run(keep_records=False)`: the
 simulator's memory follows the live requests) and written gzip-compressed;
 then `lora-sched check TRACE --policy vllm` runs on it in a fresh process,
-every property plus the replay, and the benchmark prints its wall time,
-steps per second and peak RSS (the child's `ru_maxrss`). Prefixes of
+every property plus the replay, and the benchmark prints its wall and CPU
+time, steps per second of each (the CPU figure is the one to read on a
+shared machine: it includes the interpreter's start) and peak RSS (the
+child's `ru_maxrss`). Prefixes of
 increasing length show whether the cost is linear.
 
     python -m lora_sched.bench.checkspeed [--steps 10000 100000 ...] [--dir out/checkspeed]
@@ -66,17 +68,19 @@ def time_check(path: Path, policy: str | None = "vllm") -> dict[str, object]:
     cmd = [sys.executable, "-m", "lora_sched.cli", "check", str(path), "--json", "--quiet"]
     if policy is not None:
         cmd += ["--policy", policy]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t
-    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak_kb = after.ru_maxrss
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     if out.returncode not in (0, 1):
         raise RuntimeError(f"check failed ({out.returncode}): {out.stderr.strip()}")
     v = json.loads(out.stdout)
-    return {"steps": v["steps"], "requests": v["requests"], "seconds": wall, "ok": v["ok"],
+    return {"steps": v["steps"], "requests": v["requests"], "seconds": wall, "cpu": cpu, "ok": v["ok"],
             # ru_maxrss of the children is the largest so far: only a new maximum is this child's own.
-            "peak_mb": peak_kb / 1024 if peak_kb > before else None,
+            "peak_mb": peak_kb / 1024 if peak_kb > before.ru_maxrss else None,
             "replay": v.get("replay", {}).get("verdict")}
 
 
@@ -91,16 +95,16 @@ def main(argv: list[str] | None = None) -> int:
     d.mkdir(parents=True, exist_ok=True)
     print(f"config: {json.dumps(CONFIG.to_dict())}; {ADAPTERS} adapters, {RATE} arrivals/step; "
           f"check = every property + replay against vllm, in a child process", flush=True)
-    print(f"{'steps':>10} {'requests':>9} {'trace MB':>9} {'gen s':>7} {'check s':>8} {'steps/s':>8} "
-          f"{'peak MB':>8} verdict", flush=True)
+    print(f"{'steps':>10} {'requests':>9} {'trace MB':>9} {'gen s':>7} {'wall s':>7} {'cpu s':>7} "
+          f"{'steps/s':>8} {'/cpu s':>8} {'peak MB':>8} verdict", flush=True)
     for n in sorted(args.steps):
         path = d / f"serving-{n}.jsonl.gz"
         steps, gen_s = make_trace(path, n)
         r = time_check(path)
         size = path.stat().st_size / 2**20
         peak = f"{r['peak_mb']:8.0f}" if r["peak_mb"] is not None else f"{'<prev':>8}"
-        print(f"{r['steps']:>10} {r['requests']:>9} {size:9.1f} {gen_s:7.1f} {r['seconds']:8.1f} "
-              f"{r['steps'] / r['seconds']:8.0f} {peak} {'ok' if r['ok'] else 'FAILED'} "
+        print(f"{r['steps']:>10} {r['requests']:>9} {size:9.1f} {gen_s:7.1f} {r['seconds']:7.1f} {r['cpu']:7.1f} "
+              f"{r['steps'] / r['seconds']:8.0f} {r['steps'] / r['cpu']:8.0f} {peak} {'ok' if r['ok'] else 'FAILED'} "
               f"(replay {r['replay']})", flush=True)
         if not args.keep:
             os.unlink(path)

@@ -142,7 +142,7 @@ class TraceCheck:
             self.pending.append(ev)
             return
         obs, rp = self.obs, self.replayer
-        for e in due_events(self.pending, ev.rec.step):
+        for e in due_events(self.pending, ev.rec.step) if self.pending else ():
             if isinstance(e, Arrive):
                 obs.arrive(e.req)
             else:

@@ -169,22 +169,24 @@ class Observer:
         cfg = self.config
         reqs = self.reqs
         named: list[str] = []
-        if self._retired:
-            for ids in (rec.waiting, rec.running, rec.scheduled, rec.admitted, rec.preempted, rec.finished):
+        known = reqs.__contains__
+        for ids in (rec.waiting, rec.running, rec.scheduled, rec.admitted, rec.preempted, rec.finished):
+            if not all(map(known, ids)):
                 for rid in ids:
-                    if rid in self._retired:
+                    if rid not in reqs and rid in self._retired:
                         self._unretire(rid)
                         named.append(rid)
         # KV after the running phase: scheduled running requests grow to hold
         # computed + new tokens; preempted ones hold nothing.
         blocks_after: dict[str, int] = {}
         preempted = set(rec.preempted)
+        scheduled, bs = rec.scheduled, cfg.block_size
         for rid in rec.running:
             if rid in preempted:
                 continue
             o = reqs[rid]
-            n = rec.scheduled.get(rid, 0)
-            blocks_after[rid] = max(o.blocks, blocks_for(o.computed + n, cfg.block_size)) if n else o.blocks
+            n = scheduled.get(rid, 0)
+            blocks_after[rid] = max(o.blocks, blocks_for(o.computed + n, bs)) if n else o.blocks
         used_before_scan = sum(blocks_after.values())
         for rid in rec.admitted:
             blocks_after[rid] = blocks_for(reqs[rid].computed + rec.scheduled.get(rid, 0), cfg.block_size)

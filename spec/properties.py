@@ -117,14 +117,18 @@ def conservation(view: StepView) -> Violation | None:
     both = sets["waiting"] & sets["running"]
     if both:
         return bad("duplicated", f"request {min(both)!r} is listed both waiting and running")
+    lost: dict[str, str] = {}  # where -> the first request (arrival order) that was there and is not listed
+    for rid, st in view.status.items():
+        if st in sets and st not in lost and rid not in sets[st]:
+            lost[st] = rid
     for where in ("waiting", "running"):
         listed = getattr(rec, where)
-        for rid, st in view.status.items():
-            if st == where and rid not in sets[where]:
-                other = "running" if where == "waiting" else "waiting"
-                fate = f"listed {other}" if rid in sets[other] else "gone"
-                return bad("lost", f"request {rid!r} was {where} and is {fate} without a recorded "
-                           "admission, preemption, finish or abort")
+        gone = lost.get(where)
+        if gone is not None:
+            other = "running" if where == "waiting" else "waiting"
+            fate = f"listed {other}" if gone in sets[other] else "gone"
+            return bad("lost", f"request {gone!r} was {where} and is {fate} without a recorded "
+                       "admission, preemption, finish or abort")
         for rid in listed:
             if view.status.get(rid) != where:
                 return bad("listed", f"request {rid!r} is listed {where} but was {view.status.get(rid)}")

@@ -151,10 +151,12 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 
 def _id_list(obj: dict[str, Any], key: str, err) -> list[str]:
     ids = _get(obj, key, list, err)
+    if not ids:
+        return ids
     for x in ids:
         if not isinstance(x, str):
             raise err(f"field {key!r} must list request ids (strings), got {x!r}")
-    if len(set(ids)) != len(ids):
+    if len(ids) > 1 and len(set(ids)) != len(ids):
         dup = next(x for x in ids if ids.count(x) > 1)
         raise err(f"field {key!r} lists request {dup!r} twice")
     return ids

@@ -32,7 +32,7 @@ from lora_sched.spec.state import StepRecord, blocks_for
 
 # seq, adapter, prompt_tokens, max_tokens, arrival, priority, status, computed, sampled,
 # waiting_since, first_admitted (-1: never)
-_RETIRED = struct.Struct("<11q")
+_RETIRED = struct.Struct("<11i")  # 4-byte fields: steps, ids and tokens stay below 2**31
 _STATUS = {"finished": 0, "aborted": 1}
 _STATUS_NAME = {v: k for k, v in _STATUS.items()}
 

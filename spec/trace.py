@@ -12,6 +12,7 @@ did is judged by the properties (`spec.check`), not by the reader.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 from collections.abc import Iterator
@@ -79,18 +80,43 @@ class TraceWriter:
 
     A path ending in `.gz` is written gzip-compressed. `flush_every` lines
     are written between flushes (1: every line, so a crash loses nothing; a
-    larger value trades the last lines for speed, gzip compressing better)."""
+    larger value trades the last lines for speed, gzip compressing better).
 
-    def __init__(self, path: str | os.PathLike[str], config: Config, source: str, *, flush_every: int = 1) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._gz = self.path.suffix == ".gz"
-        self._f: IO[str] = (gzip.open(self.path, "wt", encoding="utf-8", compresslevel=6)
-                            if self._gz else open(self.path, "w", encoding="utf-8"))
+    `max_bytes`: rotate by size. `path` is then a directory, filled with
+    segments `trace-000001.jsonl.gz`, `trace-000002.jsonl.gz`, ... (plain
+    `.jsonl` with `compress=False`), each starting with the header line; a
+    new one starts once the current one holds `max_bytes` on disk (checked at
+    each flush). `lora-sched check DIR` reads them as one trace (`segments`).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], config: Config, source: str, *, flush_every: int = 1,
+                 max_bytes: int | None = None, compress: bool = True) -> None:
+        self._header = {"kind": "header", "format": FORMAT, "version": VERSION,
+                        "source": source, "config": config.to_dict()}
         self._flush_every = max(1, flush_every)
         self._unflushed = 0
-        self._emit({"kind": "header", "format": FORMAT, "version": VERSION,
-                    "source": source, "config": config.to_dict()})
+        self._max_bytes = max_bytes
+        self._segment = 0
+        if max_bytes is not None:
+            self.dir = Path(path)
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._suffix = ".jsonl.gz" if compress else ".jsonl"
+            self._open(self._next_segment())
+        else:
+            self._open(Path(path))
+
+    def _next_segment(self) -> Path:
+        self._segment += 1
+        return self.dir / f"trace-{self._segment:06d}{self._suffix}"
+
+    def _open(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._gz = path.name.endswith(".gz")
+        self._raw = open(path, "wb")
+        stream = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6) if self._gz else self._raw
+        self._f: IO[str] = io.TextIOWrapper(stream, encoding="utf-8", write_through=False)
+        self._emit(self._header)
 
     def _emit(self, obj: dict[str, Any]) -> None:
         self._f.write(json.dumps(obj, separators=(",", ":")) + "\n")
@@ -98,6 +124,17 @@ class TraceWriter:
         if self._unflushed >= self._flush_every:
             self._f.flush()
             self._unflushed = 0
+            if self._max_bytes is not None and self._raw.tell() >= self._max_bytes:
+                self._close_file()
+                self._open(self._next_segment())
+
+    def _close_file(self) -> None:
+        self._f.flush()
+        if self._gz:
+            self._f.close()  # writes the gzip trailer; the file stays open
+        self._raw.flush()
+        os.fsync(self._raw.fileno())
+        self._raw.close()
 
     def arrive(self, req: Request, step: int) -> None:
         d = req.to_dict()
@@ -112,15 +149,8 @@ class TraceWriter:
         self._emit(rec.to_json())
 
     def close(self) -> None:
-        if not self._f.closed:
-            self._f.flush()
-            if self._gz:
-                self._f.close()  # closing writes the gzip trailer; fsync the file after
-                with open(self.path, "rb") as f:
-                    os.fsync(f.fileno())
-                return
-            os.fsync(self._f.fileno())
-            self._f.close()
+        if not self._raw.closed:
+            self._close_file()
 
     def __enter__(self) -> TraceWriter:
         return self
@@ -174,6 +204,21 @@ def open_text(path: str) -> IO[str]:
     return open(path, encoding="utf-8")
 
 
+SEGMENT_SUFFIXES = (".jsonl", ".jsonl.gz")
+
+
+def segments(path: str) -> list[str]:
+    """The files of a trace: the file itself, or a directory's `*.jsonl` and
+    `*.jsonl.gz` files in name order (a rotating writer's segments,
+    `RotatingTraceWriter`)."""
+    if not os.path.isdir(path):
+        return [path]
+    files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(SEGMENT_SUFFIXES))
+    if not files:
+        raise TraceError(path, 0, "no trace files (*.jsonl, *.jsonl.gz) in the directory")
+    return files
+
+
 def iter_lines(path: str) -> Iterator[tuple[int, str]]:
     with open_text(path) as f:
         yield from enumerate(f, 1)
@@ -191,13 +236,15 @@ class TraceReader:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, allow_truncated_tail: bool = False) -> None:
-        self.path = spath = str(path)
+        self.path = str(path)
         self.allow_truncated_tail = allow_truncated_tail
         self.complete = True
         self.requests = 0
         self.steps = 0
+        self._files = segments(self.path)
+        self.file = spath = self._files[0]  # the segment being read: errors name it
         try:
-            self._lines = iter_lines(spath)
+            self._lines = self._segment_lines()
             first = self._next_object()
         except OSError as exc:
             raise TraceError(spath, 0, f"cannot read: {exc.strerror}") from None
@@ -221,9 +268,30 @@ class TraceReader:
         except ConfigError as exc:
             raise err0(str(exc)) from None
         self.source = str(head.get("source", ""))
-        self.header: dict[str, Any] = head
+        self.header = head
 
-    _seen = 0  # lines read so far
+    _seen = 0  # lines of the current segment read so far
+    header: dict[str, Any] | None = None
+
+    def _segment_lines(self) -> Iterator[tuple[int, str]]:
+        """Every segment's lines in turn; a later segment's header line (the
+        rotating writer starts each file with it) must repeat the first one's
+        and is skipped."""
+        for i, f in enumerate(self._files):
+            self.file, self._seen = f, 0
+            expect_header = i > 0
+            for n, raw in iter_lines(f):
+                if expect_header and raw.strip():
+                    expect_header = False
+                    try:
+                        same = json.loads(raw) == self.header
+                    except json.JSONDecodeError:
+                        same = False
+                    if not same:
+                        raise TraceError(f, n, "a segment must start with the trace's header line "
+                                         f"(the one of {self._files[0]})")
+                    continue
+                yield n, raw
 
     def _next_object(self) -> tuple[int, dict[str, Any]] | None:
         """The next non-blank line as (line number, JSON object), or None at the end."""
@@ -234,18 +302,17 @@ class TraceReader:
             try:
                 obj = json.loads(raw)
             except json.JSONDecodeError as exc:
-                # Only the file's last line can lack its newline: a crash cut it short.
-                if self.allow_truncated_tail and not raw.endswith("\n"):
+                # Only the trace's last line can lack its newline: a crash cut it short.
+                if self.allow_truncated_tail and not raw.endswith("\n") and self.file == self._files[-1]:
                     self.complete = False
                     return None
-                raise TraceError(self.path, n, f"bad JSON: {exc.msg} (column {exc.colno})") from None
+                raise TraceError(self.file, n, f"bad JSON: {exc.msg} (column {exc.colno})") from None
             if not isinstance(obj, dict):
-                raise TraceError(self.path, n, "expected a JSON object")
+                raise TraceError(self.file, n, "expected a JSON object")
             return n, obj
         return None
 
     def __iter__(self) -> Iterator[Event]:
-        spath = self.path
         known: dict[str, int] = {}  # request id -> arrival step
         last_step: int | None = None  # the last step line read
         try:
@@ -253,7 +320,7 @@ class TraceReader:
                 n, obj = item
 
                 def err(reason: str, n: int = n) -> TraceError:
-                    return TraceError(spath, n, reason)
+                    return TraceError(self.file, n, reason)
 
                 kind = obj.get("kind")
                 if kind in ("arrive", "abort", "step"):
@@ -315,12 +382,12 @@ class TraceReader:
                 else:
                     raise err(f"unknown event kind {kind!r} (expected arrive, abort or step)")
         except OSError as exc:
-            raise TraceError(spath, self._seen, f"cannot read: {exc}") from None
+            raise TraceError(self.file, self._seen, f"cannot read: {exc}") from None
         except UnicodeDecodeError as exc:
-            raise TraceError(spath, self._seen + 1, f"not UTF-8 text: {exc.reason}") from None
+            raise TraceError(self.file, self._seen + 1, f"not UTF-8 text: {exc.reason}") from None
         except EOFError as exc:  # a gzip stream cut short
-            if not self.allow_truncated_tail:
-                raise TraceError(spath, self._seen + 1, f"gzip stream cut short: {exc}") from None
+            if not self.allow_truncated_tail or self.file != self._files[-1]:
+                raise TraceError(self.file, self._seen + 1, f"gzip stream cut short: {exc}") from None
             self.complete = False
 
     def trace(self) -> Trace:
@@ -332,17 +399,19 @@ class TraceReader:
 
 
 def step_line_at(path: str, step: int) -> int | None:
-    """The line of the first step line at or after `step` in a trace file (a second, light pass)."""
-    for n, raw in iter_lines(path):
-        if '"step"' not in raw:
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError:
-            return None
-        if isinstance(obj, dict) and obj.get("kind") == "step" and isinstance(obj.get("step"), int) \
-                and obj["step"] >= step:
-            return n
+    """The line of the first step line at or after `step` in a trace file or
+    directory (in its segment; a second, light pass)."""
+    for f in segments(path):
+        for n, raw in iter_lines(f):
+            if '"step"' not in raw:
+                continue
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError:
+                return None
+            if isinstance(obj, dict) and obj.get("kind") == "step" and isinstance(obj.get("step"), int) \
+                    and obj["step"] >= step:
+                return n
     return None
 
 

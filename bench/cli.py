@@ -12,6 +12,7 @@ to `--out` as JSON and PNG; stdout gets the tables.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shutil
 import time
@@ -98,6 +99,9 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def main(args: argparse.Namespace) -> int:
+    if (args.live or args.speed) and importlib.util.find_spec("vllm") is None:
+        # Before a minute of simulation, not after: `lora_sched.cli` names the extra.
+        raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.live and (args.field or args.family):

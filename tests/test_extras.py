@@ -45,6 +45,7 @@ def run_without(blocked: str, *argv: str, cwd: Path) -> subprocess.CompletedProc
 @pytest.mark.parametrize(("blocked", "argv", "extra"), [
     ("vllm,torch", ["conform", "--in-process", "--scenario", "starvation", "--policy", "vllm"], "vllm"),
     ("ray", ["fuzz", "--minutes", "0.01"], "fuzz"),
+    ("vllm,torch", ["bench", "--speed", "--no-plots"], "vllm"),
 ])
 def test_a_command_without_its_extra_names_it_in_one_line(tmp_path, blocked, argv, extra):
     out = run_without(blocked, *argv, "--out", str(tmp_path / "out"), cwd=tmp_path)

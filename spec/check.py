@@ -9,8 +9,9 @@ prints one versioned object instead (`verdicts`).
 
 The command reads the trace once (`check_file`): each line is parsed,
 judged and replayed as it is read, so memory follows the requests live at
-once, not the trace's length; gzip input is accepted and a long trace gets
-a progress line on stderr every few seconds. `python -m
+once, not the trace's length; gzip input and directories of rotated
+segments are accepted, and a long trace gets a progress line on stderr
+every few seconds. `python -m
 lora_sched.bench.checkspeed` prints its speed and peak memory.
 """
 
@@ -207,9 +208,11 @@ def check_trace(trace: Trace | str, policy: str | None = None) -> CheckReport:
 
 def check_file(path: str, policy: str | None = None, *,
                progress: Callable[[str], None] | None = None) -> CheckReport:
-    """Check a trace file in one pass, memory bounded by the live requests
-    (plus the id of every request seen, to tell unknown ones from finished
-    ones); gzip accepted. `progress` gets a line every `PROGRESS_EVERY_S`."""
+    """Check a trace file (gzip accepted) or a directory of its segments in
+    one pass. Memory: the live requests, plus for every request seen its id
+    and arrival step (to tell an unknown request from a finished one) and a
+    packed record (`spec.observe`), about 300 bytes; nothing per step.
+    `progress` gets a line every `PROGRESS_EVERY_S`."""
     reader = TraceReader(path, allow_truncated_tail=True)
     check = TraceCheck(Trace(reader.path, reader.config, reader.source, reader.header), policy,
                        keep_waits=False)
@@ -301,7 +304,7 @@ def _jsonable(x: object) -> Any:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("trace", help="a lora-sched-trace JSONL file (gzip accepted)")
+    p.add_argument("trace", help="a lora-sched-trace JSONL file (gzip accepted) or a directory of its segments")
     p.add_argument("--policy", choices=POLICIES + REFERENCE_POLICIES,
                    help="replay the trace through this reference policy step by step")
     p.add_argument("--json", action="store_true",

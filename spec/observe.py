@@ -155,6 +155,13 @@ class Observer:
         for r, o in ordered:
             self._track(r, o)
 
+    def status_of(self, rid: str) -> str:
+        """waiting | running | finished | aborted, for any request seen (`reqs` holds only live ones)."""
+        o = self.reqs.get(rid)
+        if o is not None:
+            return o.status
+        return _STATUS_NAME[_RETIRED.unpack(self._retired[rid])[6]]
+
     def _unpacked(self) -> Iterator[tuple[str, int, int, int | None, str]]:
         """(id, seq, arrival, first admitted, status) of every request, retired or live."""
         for rid, packed in self._retired.items():

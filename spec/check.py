@@ -211,7 +211,7 @@ def check_file(path: str, policy: str | None = None, *,
     """Check a trace file (gzip accepted) or a directory of its segments in
     one pass. Memory: the live requests, plus for every request seen its id
     and arrival step (to tell an unknown request from a finished one) and a
-    packed record (`spec.observe`), about 300 bytes; nothing per step.
+    packed record (`spec.observe`), about 360 bytes; nothing per step.
     `progress` gets a line every `PROGRESS_EVERY_S`."""
     reader = TraceReader(path, allow_truncated_tail=True)
     check = TraceCheck(Trace(reader.path, reader.config, reader.source, reader.header), policy,

@@ -14,6 +14,7 @@ to `--out` as JSON and PNG; stdout gets the tables.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shutil
 import time
@@ -113,6 +114,9 @@ def _ints(text: str) -> tuple[int, ...]:
 def main(args: argparse.Namespace) -> int:
     if args.overhead:
         return overhead.main(args)
+    if (args.live or args.speed) and importlib.util.find_spec("vllm") is None:
+        # Before a minute of simulation, not after: `lora_sched.cli` names the extra.
+        raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
     args.out = args.out or "out/bench"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -223,17 +227,14 @@ def main(args: argparse.Namespace) -> int:
               f"{fire if fire is not None else 'none in the sweep'}")
 
     if args.speed:
-        from lora_sched.bench.refspeed import reference_speed, vllm_speed
+        from lora_sched.bench.refspeed import compare, describe
         progress("reference speed: importing vLLM and timing its Scheduler ...")
-        ref = reference_speed(cfg, reqs)
-        vl = vllm_speed(cfg, reqs)
+        ref, vl = compare(cfg, reqs)
         report["speed"] = {"reference": {"steps": ref.steps, "seconds": ref.seconds,
                                          "steps_per_s": ref.steps_per_s},
                            "vllm": {"steps": vl.steps, "seconds": vl.seconds, "steps_per_s": vl.steps_per_s},
                            "ratio_reference_over_vllm": ref.steps_per_s / vl.steps_per_s}
-        print(f"\nreference `vllm` policy: {ref.steps_per_s:.0f} steps/s ({ref.steps} steps);"
-              f" vLLM Scheduler: {vl.steps_per_s:.0f} steps/s ({vl.steps} steps);"
-              f" ratio {ref.steps_per_s / vl.steps_per_s:.2f}x")
+        print("\n" + describe(ref, vl))
 
     if not args.no_plots:
         from lora_sched.bench import plots

@@ -1,4 +1,4 @@
-"""Reference speed: our `vllm` policy vs vLLM's own scheduler, same workload, one process.
+"""Reference speed: our `vllm` policy vs vLLM's own scheduler, same workload, same schedule.
 
 Why: the reference is the oracle the conformance harness replays vLLM's
 traces through, and the checkers run it millions of times; its cost relative
@@ -8,16 +8,30 @@ model by `conformance.inprocess.make_scheduler` (the way vLLM's tests'
 `create_scheduler` does); we take its config and construct vLLM's plain
 `Scheduler` from it, so no recording overhead is timed. The fake model
 output samples one token for each request not mid-prefill, as the runner does.
+
+Both sides must run the same schedule, or steps per second compare different
+work: the reference's KV pool is unlimited, so vLLM's pool is sized to hold
+every request's whole sequence at once (`pool_blocks`: nothing is ever
+preempted), and `compare` raises `ScheduleMismatch` when the two take a
+different number of steps.
+
+    python -m lora_sched.bench.refspeed [--prompts N] [--repeat R]
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import dataclass
 
 from lora_sched.policy.driver import Workload, run
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
+from lora_sched.spec.state import blocks_for
+
+
+class ScheduleMismatch(RuntimeError):
+    """The reference and vLLM took a different number of steps: their speeds are not comparable."""
 
 
 @dataclass
@@ -28,6 +42,11 @@ class Speed:
     @property
     def steps_per_s(self) -> float:
         return self.steps / self.seconds if self.seconds > 0 else float("nan")
+
+
+def pool_blocks(cfg: Config, reqs: list[Request]) -> int:
+    """KV blocks that hold every request's whole sequence at once: vLLM never preempts with them."""
+    return sum(blocks_for(r.prompt_tokens + r.max_tokens, cfg.block_size) for r in reqs)
 
 
 def reference_speed(cfg: Config, reqs: list[Request], repeat: int = 3) -> Speed:
@@ -42,11 +61,12 @@ def reference_speed(cfg: Config, reqs: list[Request], repeat: int = 3) -> Speed:
 
 
 def vllm_speed(cfg: Config, reqs: list[Request], repeat: int = 3) -> Speed:
-    """Best of `repeat` runs of vLLM's `Scheduler` (schedule + update_from_output)."""
-    from lora_sched.conformance.inprocess import _vllm_request, make_scheduler, run_sync
+    """Best of `repeat` runs of vLLM's `Scheduler` (schedule + update_from_output),
+    its KV pool sized to the workload when `cfg` leaves it unlimited (`pool_blocks`)."""
+    from lora_sched.conformance.inprocess import _model_output, _vllm_request, make_scheduler
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    template = make_scheduler(cfg, "vllm")
+    template = make_scheduler(cfg, "vllm", plenty_blocks=pool_blocks(cfg, reqs))
     best = None
     steps = 0
     for _ in range(repeat):
@@ -58,7 +78,50 @@ def vllm_speed(cfg: Config, reqs: list[Request], repeat: int = 3) -> Speed:
         # Request rate inf: every request arrives before the first step.
         for vr in vreqs:
             sched.add_request(vr)
-        steps = run_sync(sched)
+        steps = 0
+        while sched.has_requests():  # conformance.inprocess.run_sync, counting the steps that schedule work
+            out = sched.schedule()
+            sampled = {rid for rid in out.num_scheduled_tokens if not sched.requests[rid].is_prefill_chunk}
+            sched.update_from_output(out, _model_output(out, sampled))
+            # The engine calls schedule() once more after the last output, with nothing to schedule:
+            # the reference's driver does not, so only steps that schedule tokens are counted.
+            steps += out.total_num_scheduled_tokens > 0
         dt = time.perf_counter() - t
         best = min(best or dt, dt)
     return Speed(steps, best or 0.0)
+
+
+def compare(cfg: Config, reqs: list[Request], repeat: int = 3) -> tuple[Speed, Speed]:
+    """(reference, vLLM) on the same workload; `ScheduleMismatch` unless both take the same steps."""
+    ref = reference_speed(cfg, reqs, repeat)
+    vl = vllm_speed(cfg, reqs, repeat)
+    if ref.steps != vl.steps:
+        raise ScheduleMismatch(f"the reference took {ref.steps} steps and vLLM {vl.steps}: different schedules, "
+                               "so their speeds are not comparable")
+    return ref, vl
+
+
+def describe(ref: Speed, vl: Speed) -> str:
+    return (f"reference `vllm` policy: {ref.steps_per_s:.0f} steps/s ({ref.steps} steps); "
+            f"vLLM Scheduler: {vl.steps_per_s:.0f} steps/s ({vl.steps} steps, the same schedule); "
+            f"ratio {ref.steps_per_s / vl.steps_per_s:.2f}x")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from lora_sched.bench.simulate import SEED_PROMPTS, seed_config, seed_requests
+
+    p = argparse.ArgumentParser(prog="python -m lora_sched.bench.refspeed", description=__doc__.splitlines()[0])
+    p.add_argument("--prompts", type=int, default=SEED_PROMPTS, help="requests of the seed-shaped workload")
+    p.add_argument("--repeat", type=int, default=3, help="best of this many runs on each side")
+    args = p.parse_args(argv)
+    cfg = seed_config()
+    reqs = seed_requests(args.prompts)
+    print(f"seed-shaped workload: {len(reqs)} requests, max_loras {cfg.max_loras}, max_num_seqs {cfg.max_num_seqs}, "
+          f"vLLM's KV pool {pool_blocks(cfg, reqs)} blocks (the whole workload), best of {args.repeat}", flush=True)
+    ref, vl = compare(cfg, reqs, args.repeat)
+    print(describe(ref, vl))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

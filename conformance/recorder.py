@@ -23,6 +23,12 @@ registry does not list is refused when recording starts.
 
 The trace path comes from `LORA_SCHED_TRACE` (set by the harness); without
 it the scheduler runs unrecorded, so the class is harmless in a plain server.
+At production rate: a path ending in `.gz` is written gzip-compressed;
+`LORA_SCHED_TRACE_ROTATE_MB=M` makes the path a directory of gzip segments of
+about M MB each (`spec.trace.TraceWriter(max_bytes=...)`, checked as one
+trace by `lora-sched check DIR`); `LORA_SCHED_TRACE_FLUSH=N` flushes every N
+lines instead of every line (a crash then loses at most the last N).
+`python -m lora_sched.bench.recorder_overhead` prints its cost per step.
 """
 
 from __future__ import annotations
@@ -49,6 +55,9 @@ def installed_release() -> str:
     """The registry's name for the installed vLLM (`0.33`); `releases.UnknownRelease`
     (naming the supported releases) when it is not one of them."""
     return releases.get(vllm.__version__).name
+
+ROTATE_ENV = "LORA_SCHED_TRACE_ROTATE_MB"
+FLUSH_ENV = "LORA_SCHED_TRACE_FLUSH"
 
 
 @dataclass
@@ -98,19 +107,27 @@ class RecorderMixin:
         super().__init__(*args, **kwargs)
         self._rec_step = 0
         self._rec_open: dict[int, _Open] = {}  # id(SchedulerOutput) -> open record
-        self._rec_done: set[str] = set()  # finished or aborted request ids
+        # Finished or aborted ids still scheduled in an open step (async: a
+        # request aborted after it was scheduled); nothing older is kept.
+        self._rec_done: set[str] = set()
         path = os.environ.get(TRACE_ENV)
         self._rec_writer: TraceWriter | None = None
         if path:
             self.start_recording(path)
 
     # ---- public ------------------------------------------------------------
-    def start_recording(self, path: str | os.PathLike[str], *, async_scheduling: bool | None = None) -> None:
+    def start_recording(self, path: str | os.PathLike[str], *, async_scheduling: bool | None = None,
+                        rotate_mb: float | None = None, flush_every: int | None = None) -> None:
         """Open `path` and write the header (also used in-process, where the
-        harness says whether it drives the scheduler asynchronously)."""
+        harness says whether it drives the scheduler asynchronously).
+        `rotate_mb` and `flush_every` default to the environment's
+        `LORA_SCHED_TRACE_ROTATE_MB` and `LORA_SCHED_TRACE_FLUSH`."""
         self._check_supported()
         config = config_of(self, self.policy_name, async_scheduling=async_scheduling)  # type: ignore[arg-type]
-        self._rec_writer = TraceWriter(path, config, SOURCE)
+        rotate = rotate_mb if rotate_mb is not None else _env_number(ROTATE_ENV, float)
+        flush = flush_every if flush_every is not None else _env_number(FLUSH_ENV, int)
+        self._rec_writer = TraceWriter(path, config, SOURCE, flush_every=int(flush or 1),
+                                       max_bytes=int(rotate * 2**20) if rotate else None)
 
     def stop_recording(self) -> None:
         if self._rec_writer is not None:
@@ -142,9 +159,11 @@ class RecorderMixin:
     def finish_requests(self, request_ids: Any, finished_status: RequestStatus) -> list[Any]:
         done = super().finish_requests(request_ids, finished_status)  # type: ignore[misc]
         for request in done:
-            self._rec_done.add(request.request_id)
+            rid = request.request_id
+            if any(rid in o.record.scheduled for o in self._rec_open.values()):
+                self._rec_done.add(rid)
             if self._rec_writer is not None and finished_status == RequestStatus.FINISHED_ABORTED:
-                self._rec_writer.abort(request.request_id, self._rec_step + 1)
+                self._rec_writer.abort(rid, self._rec_step + 1)
         return done
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
@@ -177,9 +196,9 @@ class RecorderMixin:
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         s: Any = self
-        done_before = set(self._rec_done)
-        result = super().update_from_output(scheduler_output, model_runner_output)  # type: ignore[misc]
         opened = self._rec_open.pop(id(scheduler_output), None)
+        done_before = {rid for rid in opened.record.scheduled if rid in self._rec_done} if opened else set()
+        result = super().update_from_output(scheduler_output, model_runner_output)  # type: ignore[misc]
         if opened is None or self._rec_writer is None:
             return result
         rec = opened.record
@@ -189,7 +208,10 @@ class RecorderMixin:
             request = s.requests.get(rid)
             if request is None or request.is_finished():
                 rec.finished.append(rid)
-                self._rec_done.add(rid)
+        # Forget the done ids no open step schedules any more.
+        still = {rid for o in self._rec_open.values() for rid in o.record.scheduled}
+        self._rec_done = {rid for rid in self._rec_done if rid in still} | \
+            {rid for rid in rec.finished if rid in still}
         self._rec_writer.step(rec)
         return result
 
@@ -198,6 +220,19 @@ class RecorderMixin:
             super().shutdown()  # type: ignore[misc]
         finally:
             self.stop_recording()
+
+
+def _env_number(name: str, kind: type[int] | type[float]) -> int | float | None:
+    raw = os.environ.get(name)
+    if not raw:
+        return None
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise RuntimeError(f"{name}={raw!r}: expected a positive {kind.__name__}") from None
+    if value <= 0:
+        raise RuntimeError(f"{name}={raw!r}: expected a positive {kind.__name__}")
+    return value
 
 
 class RecordingScheduler(RecorderMixin, Scheduler):

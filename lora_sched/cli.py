@@ -12,6 +12,14 @@ import argparse
 import importlib
 import sys
 
+# Top-level modules an optional extra provides -> the extra (pyproject.toml).
+# A command that needs one and runs without it stops with one line naming
+# the extra, not a traceback.
+EXTRA_OF = {
+    "vllm": "vllm", "torch": "vllm", "transformers": "vllm", "tokenizers": "vllm", "peft": "vllm",
+    "openai": "vllm", "pandas": "vllm", "ray": "fuzz",
+}
+
 COMMANDS = {
     "simulate": ("lora_sched.policy.simulate", "run a workload through a reference policy and write a trace"),
     "check": ("lora_sched.spec.check", "validate every property on a trace; with --policy, replay it"),
@@ -29,17 +37,24 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = argv[0] if argv and argv[0] in COMMANDS else None
     modules = {}
-    for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        if name == chosen:
-            modules[name] = importlib.import_module(module)
-            modules[name].add_arguments(p)
-    args = parser.parse_args(argv)
     try:
+        for name, (module, help_text) in COMMANDS.items():
+            p = sub.add_parser(name, help=help_text, description=help_text)
+            if name == chosen:
+                modules[name] = importlib.import_module(module)
+                modules[name].add_arguments(p)
+        args = parser.parse_args(argv)
         return int(modules[args.command].main(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as exc:
+        extra = EXTRA_OF.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(f"error: lora-sched {chosen} needs {exc.name}, which is not installed: "
+              f"pip install 'lora-sched[{extra}]'", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -47,8 +47,15 @@ class _Pending:
 
 @dataclass
 class Scheduler:
+    """`forget_done`: drop finished and aborted requests from `state` (their
+    `reqs` entry and the `finished` / `aborted` sets) once nothing reads them
+    any more (no output of theirs pending, and the gate does not list them in
+    an optional `remembers` collection), so memory follows the live requests.
+    `abort` then takes a forgotten id as already done."""
+
     config: Config
     gate: Gate
+    forget_done: bool = False
     state: State = field(init=False)
     _pending: _Pending | None = field(default=None, init=False)
     _seq: int = field(default=0, init=False)
@@ -57,6 +64,9 @@ class Scheduler:
     # steps that scheduled a token, and the one that last carried a prefill.
     _executed: int = field(default=0, init=False)
     _last_prefill: int = field(default=0, init=False)
+    _done: list[str] = field(default_factory=list, init=False)  # retired in this step
+    _old: list[str] = field(default_factory=list, init=False)  # retired before, not yet forgotten
+    _forgotten: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
         self.state = State(self.config)
@@ -89,6 +99,8 @@ class Scheduler:
         """Abort wherever it is (vLLM `finish_requests`); False if already done."""
         rs = self.state.reqs.get(rid)
         if rs is None:
+            if self.forget_done and self._forgotten:
+                return False  # forgotten: it finished or was aborted
             raise ScheduleError(f"abort of unknown request {rid!r}")
         if rs.status in ("finished", "aborted"):
             return False
@@ -106,6 +118,26 @@ class Scheduler:
         rs.blocks = 0
         st.deferred.discard(rid)
         (st.finished if status == "finished" else st.aborted).add(rid)
+        if self.forget_done:
+            self._done.append(rid)
+
+    def _forget(self) -> None:
+        """Drop the requests retired before this step that nothing reads any
+        more (`forget_done`); those retired in this step stay one more step,
+        so the step's record can still be explained from `state`."""
+        st = self.state
+        pending = self._pending.scheduled if self._pending is not None else {}
+        remembers = getattr(self.gate, "remembers", ())
+        keep = []
+        for rid in self._old:
+            if rid in pending or rid in remembers:
+                keep.append(rid)
+                continue
+            del st.reqs[rid]
+            st.finished.discard(rid)
+            st.aborted.discard(rid)
+            self._forgotten += 1
+        self._old, self._done = keep + self._done, []
 
     def has_work(self) -> bool:
         return bool(self.state.waiting or self.state.running or self._pending)
@@ -136,6 +168,8 @@ class Scheduler:
                 self._apply_output(previous)
         else:
             self._apply_output(pending)
+        if self._done or self._old:
+            self._forget()
         return rec
 
     def drain(self) -> StepRecord | None:

@@ -39,16 +39,29 @@ class DriverStuck(RuntimeError):
 
 @dataclass
 class RunResult:
+    """`records` holds every step's record unless the run was told not to keep
+    them (`run(keep_records=False)`: then it is empty, `steps` counts them, and
+    the scheduler forgot finished requests, so `first_admitted` and `waits`
+    come from the summary gathered as the run went)."""
+
     config: Config
     records: list[StepRecord]
     scheduler: Scheduler
     last_step: int
+    steps: int = 0
+    _first: dict[str, int | None] | None = None  # the summary, when records were not kept
+    _arrival: dict[str, int] = field(default_factory=dict)
 
     def first_admitted(self) -> dict[str, int | None]:
+        if self._first is not None:
+            return dict(self._first)
         return {rid: rs.first_admitted for rid, rs in self.scheduler.state.reqs.items()}
 
     def waits(self) -> dict[str, int]:
         """Steps from arrival to first admission, for admitted requests."""
+        if self._first is not None:
+            arrival = self._arrival
+            return {rid: s - arrival[rid] for rid, s in self._first.items() if s is not None}
         return {rid: rs.first_admitted - rs.req.arrival
                 for rid, rs in self.scheduler.state.reqs.items() if rs.first_admitted is not None}
 
@@ -62,10 +75,15 @@ def run(
     max_steps: int = 200_000,
     source: str = "lora-sched reference",
     gate: Gate | None = None,
+    keep_records: bool = True,
 ) -> RunResult:
     """Drive `workload` until every request finished or was aborted.
 
     `gate` replaces the policy's gate (tests plant bugs this way).
+    `keep_records=False` keeps memory to the live requests: step records go
+    only to the trace (when `trace_path` is given), the scheduler forgets
+    finished requests, and each request's first admission is summarised as
+    the run goes (`RunResult`).
     The clock jumps over idle steps (nothing waiting or running) to the next
     arrival, as vLLM's engine does not call `schedule()` without requests.
     With `prefill_schedule_interval > 1` each step is throttled as vLLM's DP
@@ -76,7 +94,10 @@ def run(
     """
     if policy is not None:
         config = replace(config, policy=policy)
-    sched = Scheduler(config, gate if gate is not None else make_gate(config.policy))
+    sched = Scheduler(config, gate if gate is not None else make_gate(config.policy), forget_done=not keep_records)
+    first: dict[str, int | None] | None = None if keep_records else {}
+    arrival: dict[str, int] = {}
+    n_steps = 0
     arrivals = sorted(workload.requests, key=lambda r: r.arrival)
     aborts = sorted(workload.aborts.items(), key=lambda kv: kv[1])
     writer = TraceWriter(trace_path, config, source) if trace_path is not None else None
@@ -100,6 +121,9 @@ def run(
                 if req.arrival < step:
                     req = replace(req, arrival=step)
                 sched.add(req)
+                if first is not None:
+                    first[req.id] = None
+                    arrival[req.id] = req.arrival
                 if writer:
                     writer.arrive(req, step)
                 ai += 1
@@ -118,7 +142,13 @@ def run(
             off = sched.release.prefill_cadence == "dp_engine" and throttled(config, wave)
             rec = sched.step(step, workload.skips.get(step, frozenset()), throttle=off)
             wave += 1
-            records.append(rec)
+            n_steps += 1
+            if keep_records:
+                records.append(rec)
+            else:
+                for rid in rec.admitted:
+                    if first is not None and first[rid] is None:
+                        first[rid] = step
             if config.async_scheduling:
                 if held is not None and writer:
                     writer.step(held)
@@ -132,4 +162,4 @@ def run(
     finally:
         if writer:
             writer.close()
-    return RunResult(config, records, sched, step)
+    return RunResult(config, records, sched, step, n_steps, first, arrival)

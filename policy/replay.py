@@ -10,10 +10,13 @@ divergence is reported with the state around it.
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from lora_sched.policy import make_gate
 from lora_sched.policy.core import ScheduleError, Scheduler
+from lora_sched.spec.config import Config
 from lora_sched.spec.state import StepRecord
 from lora_sched.spec.trace import Abort, Arrive, Step, Trace
 
@@ -57,9 +60,9 @@ def _fmt(rec: StepRecord) -> str:
             f"admitted={rec.admitted} preempted={rec.preempted} finished={rec.finished}")
 
 
-def _context(sched: Scheduler, ours: StepRecord, recent: list[str]) -> str:
+def _context(sched: Scheduler, ours: StepRecord, recent: Iterable[StepRecord]) -> str:
     st = sched.state
-    rows = ["    recent steps of the trace:", *(f"      {r}" for r in recent[-4:]),
+    rows = ["    recent steps of the trace:", *(f"      {_fmt(r)}" for r in list(recent)[-4:]),
             f"    reference state after the step (holds: {ours.holds}):"]
     for rid in [*ours.running, *ours.waiting][:24]:
         rs = st.reqs[rid]
@@ -69,66 +72,107 @@ def _context(sched: Scheduler, ours: StepRecord, recent: list[str]) -> str:
     return "\n".join(rows)
 
 
-def replay(trace: Trace, policy: str | None = None) -> ReplayResult:
-    """Replay `trace` through `policy` (default: the policy in its header)."""
-    config = trace.config if policy is None else replace(trace.config, policy=policy)
-    sched = Scheduler(config, make_gate(config.policy))
-    steps = [e for e in trace.events if isinstance(e, Step)]
-    pending: list[tuple[int, object]] = []  # events not yet applied, in file order
-    prev: tuple[Step, StepRecord] | None = None  # async: finishes known one step late
-    matched = 0
-    recent: list[str] = []
+def due_events(pending: list[Arrive | Abort], step: int) -> list[Arrive | Abort]:
+    """Take from `pending` (file order) the arrivals and aborts that take effect
+    when step `step` starts, in the order they apply: by the step they name,
+    arrivals before aborts, then file order. Under async scheduling the events
+    of step t+1 precede step t's line in the file, so some wait for a later step."""
+    due = [e for e in pending if e.step <= step]
+    if due:
+        pending[:] = [e for e in pending if e.step > step]
+        due.sort(key=lambda e: (e.step, isinstance(e, Abort)))
+    return due
 
-    def compare(ev: Step, ours: StepRecord, fields: tuple[str, ...]) -> Divergence | None:
+
+class Replayer:
+    """The reference fed a trace one event at a time (one pass, memory of the live requests).
+
+    `apply` takes each arrival and abort when it takes effect (`due_events`),
+    `step` each step line; `result` is final after `finish`. After the first
+    divergence the rest is ignored."""
+
+    def __init__(self, config: Config, policy: str | None = None, *, total: int = 0) -> None:
+        self.config = config if policy is None else replace(config, policy=policy)
+        self.sched = Scheduler(self.config, make_gate(self.config.policy), forget_done=True)
+        self.matched = 0
+        self.total = total  # steps in the trace (known at the end when streaming)
+        self.divergence: Divergence | None = None
+        self._prev: tuple[Step, StepRecord] | None = None  # async: finishes known one step late
+        self._recent: deque[StepRecord] = deque(maxlen=4)
+        self._ours_last = StepRecord(0, [], [], {}, [], [], [])
+
+    def _compare(self, ev: Step, ours: StepRecord, fields: tuple[str, ...]) -> Divergence | None:
         for f in fields:
             want, got = getattr(ours, f), getattr(ev.rec, f)
             same = want == got if f == "throttle" else (sorted(want) == sorted(got)) if f == "finished" else (
                 list(want.items()) == list(got.items()) if f == "scheduled" else list(want) == list(got))
             if not same:
-                return Divergence(ev.rec.step, ev.line, f, want, got, _context(sched, ours, recent))
+                return Divergence(ev.rec.step, ev.line, f, want, got, _context(self.sched, ours, self._recent))
         return None
 
-    ours_last = StepRecord(0, [], [], {}, [], [], [])
-    events = iter(trace.events)
-    for ev in events:
-        if isinstance(ev, (Arrive, Abort)):
-            pending.append((ev.step, ev))
-            continue
-        assert isinstance(ev, Step)
-        step = ev.rec.step
-        for s, e in sorted([p for p in pending if p[0] <= step], key=lambda p: (p[0], isinstance(p[1], Abort))):
-            pending.remove((s, e))
-            if isinstance(e, Arrive):
-                try:
-                    sched.add(e.req)
-                except ScheduleError as exc:  # a request vLLM would refuse
-                    return ReplayResult(config.policy, matched, len(steps), Divergence(
-                        e.step, e.line, "arrive", f"refused: {exc}", "accepted", _context(sched, ours_last, recent)))
-            else:
-                sched.abort(e.id)
+    def apply(self, e: Arrive | Abort) -> None:
+        if self.divergence is not None:
+            return
+        if isinstance(e, Arrive):
+            try:
+                self.sched.add(e.req)
+            except ScheduleError as exc:  # a request vLLM would refuse
+                self.divergence = Divergence(e.step, e.line, "arrive", f"refused: {exc}", "accepted",
+                                             _context(self.sched, self._ours_last, self._recent))
+        else:
+            self.sched.abort(e.id)
+
+    def step(self, ev: Step) -> None:
+        if self.divergence is not None:
+            return
+        config = self.config
         # 0.32: the DP engine core's throttle is an input of the step; 0.33's
         # scheduler keeps the cadence, so the trace's marks must match the reference's.
-        by_engine = sched.release.prefill_cadence == "dp_engine"
-        ours = ours_last = sched.step(step, throttle=ev.rec.throttle if by_engine else False)
+        by_engine = self.sched.release.prefill_cadence == "dp_engine"
+        ours = self._ours_last = self.sched.step(ev.rec.step, throttle=ev.rec.throttle if by_engine else False)
         fields = FIELDS if not config.async_scheduling else FIELDS[:-1]
         if not by_engine:
             fields = ("throttle", *fields)
-        d = compare(ev, ours, fields)
-        if d is None and config.async_scheduling and prev is not None:
-            d = compare(prev[0], prev[1], ("finished",))
+        d = self._compare(ev, ours, fields)
+        if d is None and config.async_scheduling and self._prev is not None:
+            d = self._compare(self._prev[0], self._prev[1], ("finished",))
         if d is not None:
-            return ReplayResult(config.policy, matched, len(steps), d)
-        matched += 1
-        recent.append(_fmt(ev.rec))
-        prev = (ev, ours)
-    if config.async_scheduling and prev is not None:
-        # Aborts after the last step still land before its output is applied
-        # (the driver applies them at the next step, which never comes).
-        for _, e in sorted(pending, key=lambda p: p[0]):
-            if isinstance(e, Abort) and e.id in sched.state.reqs:
-                sched.abort(e.id)
-        sched.drain()
-        d = compare(prev[0], prev[1], ("finished",))
-        if d is not None and trace.complete:
-            return ReplayResult(config.policy, matched - 1, len(steps), d)
-    return ReplayResult(config.policy, matched, len(steps), None)
+            self.divergence = d
+            return
+        self.matched += 1
+        self._recent.append(ev.rec)
+        self._prev = (ev, ours)
+
+    def finish(self, pending: list[Arrive | Abort], *, complete: bool, total: int | None = None) -> ReplayResult:
+        """The verdict, once every step line was fed; `pending` holds the events never due."""
+        if total is not None:
+            self.total = total
+        if self.divergence is None and self.config.async_scheduling and self._prev is not None:
+            # Aborts after the last step still land before its output is applied
+            # (the driver applies them at the next step, which never comes).
+            for e in sorted(pending, key=lambda e: e.step):
+                if isinstance(e, Abort) and e.id in self.sched.state.reqs:
+                    self.sched.abort(e.id)
+            self.sched.drain()
+            d = self._compare(self._prev[0], self._prev[1], ("finished",))
+            if d is not None and complete:
+                self.divergence = d
+                self.matched -= 1
+            self._prev = None
+        return ReplayResult(self.config.policy, self.matched, self.total, self.divergence)
+
+
+def replay(trace: Trace, policy: str | None = None) -> ReplayResult:
+    """Replay `trace` through `policy` (default: the policy in its header)."""
+    r = Replayer(trace.config, policy, total=sum(isinstance(e, Step) for e in trace.events))
+    pending: list[Arrive | Abort] = []  # events not yet applied, in file order
+    for ev in trace.events:
+        if isinstance(ev, Step):
+            for e in due_events(pending, ev.rec.step):
+                r.apply(e)
+            r.step(ev)
+            if r.divergence is not None:
+                break
+        else:
+            pending.append(ev)
+    return r.finish(pending, complete=trace.complete)

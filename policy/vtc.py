@@ -50,6 +50,11 @@ class VtcGate(GateBase):
     charged: dict[str, int] = field(default_factory=dict)  # request -> output tokens already charged
     _admits: set[str] = field(default_factory=set)  # first admissions whose prompt is charged
 
+    @property
+    def remembers(self) -> set[str] | dict[str, int]:
+        """Requests this gate still reads after they finish (their last outputs are charged at the next scan)."""
+        return self.charged
+
     def _charge_outputs(self, ctx: ScanContext) -> None:
         """`update_counter` (L147-156): output_price per generated token."""
         st = ctx.state

@@ -6,6 +6,13 @@ then, with `--policy`, the replay through the reference policy. Exit 0 when
 every property checked holds (and the replay matches), 1 when one is
 violated (or the replay diverges), 2 when the trace is malformed. `--json`
 prints one versioned object instead (`verdicts`).
+
+The command reads the trace once (`check_file`): each line is parsed,
+judged and replayed as it is read, so memory follows the requests live at
+once, not the trace's length; gzip input and directories of rotated
+segments are accepted, and a long trace gets a progress line on stderr
+every few seconds. `python -m
+lora_sched.bench.checkspeed` prints its speed and peak memory.
 """
 
 from __future__ import annotations
@@ -14,108 +21,218 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from lora_sched.spec.config import POLICIES, REFERENCE_POLICIES
+from lora_sched.spec.config import POLICIES, REFERENCE_POLICIES, Config
 from lora_sched.spec.observe import Observer
 from lora_sched.spec.properties import ALL_PROPERTIES, Violation
 from lora_sched.spec.state import peak_present, peak_waiting
-from lora_sched.spec.trace import Abort, Arrive, Step, Trace, TraceError, read_trace
+from lora_sched.spec.trace import Abort, Arrive, Event, Step, Trace, TraceError, TraceReader, read_trace, step_line_at
 
 if TYPE_CHECKING:
     from lora_sched.policy.replay import ReplayResult
 
+PROGRESS_EVERY_S = 5.0  # `check_file(progress=...)`: one line this often
+
 
 @dataclass
 class CheckReport:
-    trace: Trace
+    trace: Trace  # the header's data; `events` only when the trace was read whole (`check_trace`)
     bound: int | None
     bound_note: str
     first: dict[str, Violation] = field(default_factory=dict)  # property -> first violation
     counts: dict[str, int] = field(default_factory=dict)
     replay: ReplayResult | None = None
-    waits: dict[str, int] = field(default_factory=dict)
+    waits: dict[str, int] = field(default_factory=dict)  # every admitted request's wait (`check_trace` only)
     last_step: int = 0
+    requests: int = 0
+    steps: int = 0
+    worst_wait: tuple[str, int] | None = None  # (request, steps): the longest wait, earliest arrival on ties
 
     @property
     def ok(self) -> bool:
         return not self.first and (self.replay is None or self.replay.ok)
 
 
+@dataclass
+class _Stats:
+    """What B needs from the whole trace, gathered as it streams by."""
+
+    requests: int = 0
+    steps: int = 0
+    priorities: set[int] = field(default_factory=set)
+    max_prompt: int = 0
+    max_output: int = 0
+    present: int = 0  # Q: the peak of waiting + running
+    waiting: int = 0  # Qw: the peak of waiting
+
+    def add(self, ev: Event) -> None:
+        if isinstance(ev, Arrive):
+            r = ev.req
+            self.requests += 1
+            self.priorities.add(r.priority)
+            self.max_prompt = max(self.max_prompt, r.prompt_tokens)
+            self.max_output = max(self.max_output, r.max_tokens)
+        elif isinstance(ev, Step):
+            self.steps += 1
+            self.present = max(self.present, peak_present((ev.rec,)))
+            self.waiting = max(self.waiting, peak_waiting((ev.rec,)))
+
+
 def bound_for(trace: Trace) -> tuple[int | None, str]:
     """B of `policy.fair` for this trace's config and requests, or why none applies."""
-    from lora_sched.policy.fair import bound_applies, observed_bound
+    stats = _Stats()
+    for ev in trace.events:
+        stats.add(ev)
+    return _bound(trace.config, stats)
 
-    cfg = trace.config
-    reqs = list(trace.requests().values())
-    if not reqs:
+
+def _bound(cfg: Config, stats: _Stats) -> tuple[int | None, str]:
+    """B of `policy.fair` for this trace's config and requests (`observed_bound`), or why none applies."""
+    from lora_sched.policy.fair import bound_applies, fair_bound
+
+    if not stats.requests:
         return None, "no requests"
-    why = bound_applies(cfg, (r.priority for r in reqs))
+    why = bound_applies(cfg, stats.priorities)
     if why is not None:
         return None, f"B does not apply: {why}"
-    steps = trace.steps()
-    b = observed_bound(cfg, reqs, steps)
+    b = fair_bound(cfg, queue=stats.present, waiting=stats.waiting, max_prompt=stats.max_prompt,
+                   max_output=stats.max_output)
     from lora_sched.bench.costmodel import DEFAULT
 
     return b, (f"B = {b} steps (<= {b * DEFAULT.max_step_seconds(cfg):.4g} s at the cost model's longest step): "
-               f"fair's bound for this config, Q = {peak_present(steps)} requests present and "
-               f"Qw = {peak_waiting(steps)} waiting at the peak")
+               f"fair's bound for this config, Q = {stats.present} requests present and "
+               f"Qw = {stats.waiting} waiting at the peak")
+
+
+class TraceCheck:
+    """Every property and the replay, in one pass over a trace's events.
+
+    `feed` takes the events in file order; under async scheduling the events
+    of step t+1 precede step t's line in the file: each arrival and abort
+    takes effect when the step it names starts (`policy.replay.due_events`),
+    for the observer and the replay alike. Memory follows the live requests
+    (`spec.observe.Observer`, the replay's `forget_done` scheduler); `finish`
+    judges the trace-level property and returns the report.
+    """
+
+    def __init__(self, trace: Trace, policy: str | None = None, *, keep_waits: bool = True) -> None:
+        from lora_sched.policy.replay import Replayer
+
+        self.trace = trace
+        holds = None
+        if trace.config.policy == "fair":
+            from lora_sched.policy.fair import FairHolds
+
+            holds = FairHolds(trace.config)
+        self.obs = Observer(trace.config, holds, keep_waits=keep_waits)
+        self.replayer = Replayer(trace.config, policy) if policy is not None else None
+        self.pending: list[Arrive | Abort] = []
+        self.stats = _Stats()
+        self.first: dict[str, Violation] = {}
+        self.counts: dict[str, int] = {}
+
+    def _found(self, v: Violation) -> None:
+        self.counts[v.property] = self.counts.get(v.property, 0) + 1
+        self.first.setdefault(v.property, v)
+
+    def feed(self, ev: Event) -> None:
+        from lora_sched.policy.replay import due_events
+
+        self.stats.add(ev)
+        if not isinstance(ev, Step):
+            self.pending.append(ev)
+            return
+        obs, rp = self.obs, self.replayer
+        for e in due_events(self.pending, ev.rec.step) if self.pending else ():
+            if isinstance(e, Arrive):
+                obs.arrive(e.req)
+            else:
+                obs.abort(e.id)
+            if rp is not None:
+                rp.apply(e)
+        for v in obs.observe(ev.rec):
+            self._found(replace(v, line=ev.line))
+        if rp is not None:
+            rp.step(ev)
+
+    def finish(self, complete: bool, locate: Callable[[int], int | None]) -> CheckReport:
+        """The report; `locate(step)` is the line of the first step line at or after `step`."""
+        t = self.trace
+        t.complete = complete
+        bound, note = _bound(t.config, self.stats)
+        report = CheckReport(t, bound, note, self.first, self.counts, requests=self.stats.requests,
+                             steps=self.stats.steps)
+        for v in self.obs.close(bound):
+            # A trace-level verdict is placed at the first step line at or after its step.
+            self._found(replace(v, line=locate(v.step)))
+        report.waits = self.obs.waits() if self.obs.keep_waits else {}
+        w = self.obs.worst_wait
+        report.worst_wait = (w[0], w[1]) if w is not None else None
+        report.last_step = self.obs.last_step
+        if self.replayer is not None:
+            report.replay = self.replayer.finish(self.pending, complete=complete, total=self.stats.steps)
+        return report
 
 
 def observe_trace(trace: Trace, obs: Observer) -> Iterator[list[Violation]]:
-    """Feed `trace` to `obs` in the order events take effect; yield each step's violations.
+    """Feed `trace` to `obs` in the order events take effect (`policy.replay.due_events`);
+    yield each step's violations, each carrying the trace line of its step."""
+    from lora_sched.policy.replay import due_events
 
-    Under async scheduling the events of step t+1 precede step t's line in the
-    file: each arrival and abort takes effect when the step it names starts.
-    Each violation carries the trace line of its step.
-    """
-    pending = [e for e in trace.events if isinstance(e, (Arrive, Abort))]
+    pending: list[Arrive | Abort] = []
     for ev in trace.events:
-        if isinstance(ev, Step):
-            due = [e for e in pending if e.step <= ev.rec.step]
-            for e in sorted(due, key=lambda e: (e.step, isinstance(e, Abort))):
-                pending.remove(e)
-                if isinstance(e, Arrive):
-                    obs.arrive(e.req)
-                else:
-                    obs.abort(e.id)
-            yield [replace(v, line=ev.line) for v in obs.observe(ev.rec)]
+        if not isinstance(ev, Step):
+            pending.append(ev)
+            continue
+        for e in due_events(pending, ev.rec.step):
+            if isinstance(e, Arrive):
+                obs.arrive(e.req)
+            else:
+                obs.abort(e.id)
+        yield [replace(v, line=ev.line) for v in obs.observe(ev.rec)]
 
 
 def check_trace(trace: Trace | str, policy: str | None = None) -> CheckReport:
+    """Check a trace read whole (a path is read with `read_trace`): the report
+    keeps the `Trace` and every request's wait. `check_file` streams instead."""
     if isinstance(trace, str):
         trace = read_trace(trace, allow_truncated_tail=True)
-    holds = None
-    if trace.config.policy == "fair":
-        from lora_sched.policy.fair import FairHolds
-
-        holds = FairHolds(trace.config)
-    obs = Observer(trace.config, holds)
-    bound, note = bound_for(trace)
-    report = CheckReport(trace, bound, note)
-    for found in observe_trace(trace, obs):
-        for v in found:
-            report.counts[v.property] = report.counts.get(v.property, 0) + 1
-            report.first.setdefault(v.property, v)
-    for v in obs.close(bound):
-        # A trace-level verdict is placed at the first step line at or after its step.
-        line = next((e.line for e in trace.events if isinstance(e, Step) and e.rec.step >= v.step), None)
-        report.counts[v.property] = report.counts.get(v.property, 0) + 1
-        report.first.setdefault(v.property, replace(v, line=line))
-    report.waits = obs.waits()
-    report.last_step = obs.last_step
-    if policy is not None:
-        from lora_sched.policy.replay import replay
-
-        report.replay = replay(trace, policy)
+    check = TraceCheck(Trace(trace.path, trace.config, trace.source, trace.header), policy)
+    for ev in trace.events:
+        check.feed(ev)
+    report = check.finish(trace.complete, lambda step: next(
+        (e.line for e in trace.events if isinstance(e, Step) and e.rec.step >= step), None))
+    report.trace = trace
     return report
+
+
+def check_file(path: str, policy: str | None = None, *,
+               progress: Callable[[str], None] | None = None) -> CheckReport:
+    """Check a trace file (gzip accepted) or a directory of its segments in
+    one pass. Memory: the live requests, plus for every request seen its id
+    and arrival step (to tell an unknown request from a finished one) and a
+    packed record (`spec.observe`), about 360 bytes; nothing per step.
+    `progress` gets a line every `PROGRESS_EVERY_S`."""
+    reader = TraceReader(path, allow_truncated_tail=True)
+    check = TraceCheck(Trace(reader.path, reader.config, reader.source, reader.header), policy,
+                       keep_waits=False)
+    t0 = last = time.perf_counter()
+    for i, ev in enumerate(reader):
+        check.feed(ev)
+        if progress is not None and not i & 4095 and (now := time.perf_counter()) - last >= PROGRESS_EVERY_S:
+            last = now
+            n = check.stats.steps
+            progress(f"check: {n:,} steps, {check.stats.requests:,} requests, "
+                     f"{n / (now - t0):,.0f} steps/s (step {check.obs.last_step})")
+    return check.finish(reader.complete, lambda step: step_line_at(reader.path, step))
 
 
 def format_report(report: CheckReport) -> str:
     t = report.trace
-    lines = [f"trace {t.path}: {len(t.requests())} requests, {len(t.steps())} steps, "
+    lines = [f"trace {t.path}: {report.requests} requests, {report.steps} steps, "
              f"policy {t.config.policy}, source {t.source or '?'}, vLLM {t.config.vllm} semantics"
              + ("" if t.complete else f" (truncated: the last line is cut short; the trace stops after step "
                                        f"{report.last_step})")]
@@ -130,8 +247,8 @@ def format_report(report: CheckReport) -> str:
             more = report.counts[name] - 1
             lines.append(f"{name} ... VIOLATED at {v.where()}: {v.message}"
                          + (f" (+{more} more)" if more else ""))
-    if report.waits:
-        worst = max(report.waits.items(), key=lambda kv: kv[1])
+    if report.worst_wait is not None:
+        worst = report.worst_wait
         lines.append(f"worst wait before first admission: {worst[1]} steps ({worst[0]})")
     if report.replay is not None:
         lines.append(report.replay.describe())
@@ -163,11 +280,11 @@ def verdicts(report: CheckReport) -> dict[str, Any]:
         results.append(res)
     out: dict[str, Any] = {
         **json_envelope("check"),
-        "trace": t.path, "complete": t.complete, "requests": len(t.requests()), "steps": len(t.steps()),
+        "trace": t.path, "complete": t.complete, "requests": report.requests, "steps": report.steps,
         "policy": t.config.policy, "source": t.source, "ok": report.ok, "results": results,
     }
-    if report.waits:
-        rid, wait = max(report.waits.items(), key=lambda kv: kv[1])
+    if report.worst_wait is not None:
+        rid, wait = report.worst_wait
         out["worst_wait"] = {"request": rid, "steps": wait}
     r = report.replay
     if r is not None:
@@ -190,17 +307,19 @@ def _jsonable(x: object) -> Any:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("trace", help="a lora-sched-trace JSONL file")
+    p.add_argument("trace", help="a lora-sched-trace JSONL file (gzip accepted) or a directory of its segments")
     p.add_argument("--policy", choices=POLICIES + REFERENCE_POLICIES,
                    help="replay the trace through this reference policy step by step")
     p.add_argument("--json", action="store_true",
                    help="print one versioned JSON object (a result per property) instead of text")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr (one every few seconds)")
 
 
 def main(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
-        report = check_trace(args.trace, args.policy)
+        report = check_file(args.trace, args.policy,
+                            progress=None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True))
     except TraceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if args.json:

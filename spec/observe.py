@@ -5,11 +5,19 @@ into per-request counters (computed tokens, sampled tokens, KV blocks, when a
 request last started waiting) so that the property predicates can be asked
 about each step. It uses no policy code: it is how a trace from vLLM itself
 is judged.
+
+Memory follows what is live: requests waiting or running are kept as
+`Observed` objects; a finished or aborted one is packed into a few bytes
+(`_RETIRED`) and unpacked again only if a later step names it (a broken trace
+can). A step costs what it names plus the live requests, never the trace so far.
 """
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from lora_sched.spec.config import Config
 from lora_sched.spec.properties import (
@@ -21,6 +29,12 @@ from lora_sched.spec.properties import (
 )
 from lora_sched.spec.request import Request
 from lora_sched.spec.state import StepRecord, blocks_for
+
+# seq, adapter, prompt_tokens, max_tokens, arrival, priority, status, computed, sampled,
+# waiting_since, first_admitted (-1: never)
+_RETIRED = struct.Struct("<11i")  # 4-byte fields: steps, ids and tokens stay below 2**31
+_STATUS = {"finished": 0, "aborted": 1}
+_STATUS_NAME = {v: k for k, v in _STATUS.items()}
 
 
 @dataclass
@@ -39,59 +53,161 @@ class Observed:
         return self.req.prompt_tokens + self.sampled
 
 
+class _Column(Mapping[str, Any]):
+    """One field of the live requests, read when asked (a `StepView` mapping)."""
+
+    __slots__ = ("_reqs", "_get")
+
+    def __init__(self, reqs: dict[str, Observed], get: Callable[[Observed], Any]) -> None:
+        self._reqs, self._get = reqs, get
+
+    def __getitem__(self, rid: str) -> Any:
+        return self._get(self._reqs[rid])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._reqs)
+
+    def __len__(self) -> int:
+        return len(self._reqs)
+
+    def items(self):  # type: ignore[override]
+        get = self._get
+        return ((rid, get(o)) for rid, o in self._reqs.items())
+
+
+class _EverAdmitted:
+    """`StepView.ever_admitted` over the live requests: first admitted before this step."""
+
+    __slots__ = ("_reqs",)
+
+    def __init__(self, reqs: dict[str, Observed]) -> None:
+        self._reqs = reqs
+
+    def __contains__(self, rid: object) -> bool:
+        o = self._reqs.get(rid)  # type: ignore[call-overload]
+        return o is not None and o.first_admitted is not None
+
+
 @dataclass
 class Observer:
     config: Config
     holds: PolicyHolds | None = None  # the policy's declared holds (fair's guard)
-    reqs: dict[str, Observed] = field(default_factory=dict)
+    reqs: dict[str, Observed] = field(default_factory=dict)  # live (not retired), in arrival order
     last_step: int = 0
     violations: list[Violation] = field(default_factory=list)
+    keep_waits: bool = True  # False: `waits()` only knows the worst wait (`worst_wait`)
+    _retired: dict[str, bytes] = field(default_factory=dict)
+    _seq: int = 0
     _prev_scheduled: set[str] = field(default_factory=set)
     _prev_sampled: set[str] = field(default_factory=set)  # async: sampled last step, output not applied yet
     _deferred_finish: list[str] = field(default_factory=list)
+    _waits: dict[str, tuple[int, int]] = field(default_factory=dict)  # rid -> (seq, wait)
+    worst_wait: tuple[str, int, int] | None = None  # (rid, wait, seq): the longest, earliest arrival on ties
+
+    def __post_init__(self) -> None:
+        r = self.reqs
+        # What never changes is kept in plain dicts (the hot lookups); the rest is read when asked.
+        self._fixed: dict[str, dict[str, int]] = {k: {} for k in ("adapter", "arrival", "priority", "seq")}
+        self._views = dict(
+            num_tokens=_Column(r, lambda o: o.num_tokens), computed=_Column(r, lambda o: o.computed),
+            waiting_since=_Column(r, lambda o: o.waiting_since), ever_admitted=_EverAdmitted(r),
+            status=_Column(r, lambda o: o.status), **self._fixed)
+        for rid, o in r.items():
+            self._track(rid, o)
+
+    def _track(self, rid: str, o: Observed) -> None:
+        f = self._fixed
+        f["adapter"][rid], f["arrival"][rid], f["priority"][rid], f["seq"][rid] = \
+            o.req.adapter, o.req.arrival, o.req.priority, o.seq
 
     def arrive(self, req: Request) -> None:
-        self.reqs[req.id] = Observed(req, len(self.reqs), waiting_since=req.arrival)
+        o = self.reqs[req.id] = Observed(req, self._seq, waiting_since=req.arrival)
+        self._track(req.id, o)
+        self._seq += 1
 
     def abort(self, rid: str) -> None:
-        o = self.reqs[rid]
-        if o.status in ("waiting", "running"):
+        o = self.reqs.get(rid)
+        if o is not None and o.status in ("waiting", "running"):
             o.status, o.blocks = "aborted", 0
+            self._retire(rid)
 
+    # ---- retired requests ---------------------------------------------------
+    def _retire(self, rid: str) -> None:
+        o = self.reqs.pop(rid)
+        for d in self._fixed.values():
+            del d[rid]
+        r = o.req
+        self._retired[rid] = _RETIRED.pack(
+            o.seq, r.adapter, r.prompt_tokens, r.max_tokens, r.arrival, r.priority, _STATUS[o.status],
+            o.computed, o.sampled, o.waiting_since, -1 if o.first_admitted is None else o.first_admitted)
+
+    def _unretire(self, rid: str) -> None:
+        """Bring a retired request back to the live set (a step names it), keeping arrival order."""
+        (seq, adapter, prompt, max_tokens, arrival, priority, status, computed, sampled, since,
+         first) = _RETIRED.unpack(self._retired.pop(rid))
+        self.reqs[rid] = Observed(Request(rid, adapter, prompt, max_tokens, arrival, priority), seq,
+                                  _STATUS_NAME[status], computed, sampled, 0, since, None if first < 0 else first)
+        ordered = sorted(self.reqs.items(), key=lambda kv: kv[1].seq)
+        self.reqs.clear()
+        self.reqs.update(ordered)
+        for d in self._fixed.values():
+            d.clear()
+        for r, o in ordered:
+            self._track(r, o)
+
+    def status_of(self, rid: str) -> str:
+        """waiting | running | finished | aborted, for any request seen (`reqs` holds only live ones)."""
+        o = self.reqs.get(rid)
+        if o is not None:
+            return o.status
+        return _STATUS_NAME[_RETIRED.unpack(self._retired[rid])[6]]
+
+    def _unpacked(self) -> Iterator[tuple[str, int, int, int | None, str]]:
+        """(id, seq, arrival, first admitted, status) of every request, retired or live."""
+        for rid, packed in self._retired.items():
+            seq, _, _, _, arrival, _, status, _, _, _, first = _RETIRED.unpack(packed)
+            yield rid, seq, arrival, None if first < 0 else first, _STATUS_NAME[status]
+        for rid, o in self.reqs.items():
+            yield rid, o.seq, o.req.arrival, o.first_admitted, o.status
+
+    # ---- one step -----------------------------------------------------------
     def observe(self, rec: StepRecord) -> list[Violation]:
         """Check every step property on `rec`, then advance the state."""
         cfg = self.config
         reqs = self.reqs
+        named: list[str] = []
+        known = reqs.__contains__
+        for ids in (rec.waiting, rec.running, rec.scheduled, rec.admitted, rec.preempted, rec.finished):
+            if not all(map(known, ids)):
+                for rid in ids:
+                    if rid not in reqs and rid in self._retired:
+                        self._unretire(rid)
+                        named.append(rid)
         # KV after the running phase: scheduled running requests grow to hold
         # computed + new tokens; preempted ones hold nothing.
         blocks_after: dict[str, int] = {}
+        preempted = set(rec.preempted)
+        scheduled, bs = rec.scheduled, cfg.block_size
         for rid in rec.running:
-            if rid in rec.preempted:
+            if rid in preempted:
                 continue
             o = reqs[rid]
-            n = rec.scheduled.get(rid, 0)
-            blocks_after[rid] = max(o.blocks, blocks_for(o.computed + n, cfg.block_size)) if n else o.blocks
+            n = scheduled.get(rid, 0)
+            blocks_after[rid] = max(o.blocks, blocks_for(o.computed + n, bs)) if n else o.blocks
         used_before_scan = sum(blocks_after.values())
         for rid in rec.admitted:
             blocks_after[rid] = blocks_for(reqs[rid].computed + rec.scheduled.get(rid, 0), cfg.block_size)
-        running_after = [r for r in rec.running if r not in rec.preempted] + list(rec.admitted)
+        running_after = [r for r in rec.running if r not in preempted] + list(rec.admitted)
+        prev_sampled = self._prev_sampled
         view = StepView(
             config=cfg,
             rec=rec,
-            adapter={rid: o.req.adapter for rid, o in reqs.items()},
-            num_tokens={rid: o.num_tokens for rid, o in reqs.items()},
-            computed={rid: o.computed for rid, o in reqs.items()},
-            waiting_since={rid: o.waiting_since for rid, o in reqs.items()},
-            arrival={rid: o.req.arrival for rid, o in reqs.items()},
-            priority={rid: o.req.priority for rid, o in reqs.items()},
-            seq={rid: o.seq for rid, o in reqs.items()},
-            ever_admitted={rid for rid, o in reqs.items() if o.first_admitted is not None},
-            status={rid: o.status for rid, o in reqs.items()},
             running_after=running_after,
             blocks_after=blocks_after,
             used_before_scan=used_before_scan,
-            in_flight=set(self._prev_scheduled) if cfg.async_scheduling else set(),
-            outputs_left={rid: o.req.max_tokens - o.sampled + (rid in self._prev_sampled) for rid, o in reqs.items()},
+            in_flight=self._prev_scheduled if cfg.async_scheduling else set(),
+            outputs_left=_Column(reqs, lambda o: o.req.max_tokens - o.sampled + (o.req.id in prev_sampled)),
+            **self._views,
         )
         found = []
         for prop in STEP_PROPERTIES.values():
@@ -100,11 +216,16 @@ class Observer:
                 found.append(v)
         if self.holds is not None:
             self.holds.end(view)
-        self._advance(rec, blocks_after)
+        done = self._advance(rec, blocks_after)
+        for rid in [*done, *named]:
+            o = reqs.get(rid)
+            if o is not None and o.status in _STATUS:
+                self._retire(rid)
         self.violations.extend(found)
         return found
 
-    def _advance(self, rec: StepRecord, blocks_after: dict[str, int]) -> None:
+    def _advance(self, rec: StepRecord, blocks_after: dict[str, int]) -> list[str]:
+        """Apply the step; returns the requests it finished."""
         reqs = self.reqs
         for rid in rec.preempted:
             o = reqs[rid]
@@ -114,6 +235,7 @@ class Observer:
             o.status = "running"
             if o.first_admitted is None:
                 o.first_admitted = rec.step
+                self._admitted_first(o)
         sampled = set()
         for rid, n in rec.scheduled.items():
             o = reqs[rid]
@@ -128,31 +250,49 @@ class Observer:
         else:
             done = list(rec.finished)
         for rid in done:
-            o = reqs[rid]
+            o = reqs.get(rid)
+            if o is None:  # retired since (aborted before its output was applied)
+                continue
             if o.status in ("waiting", "running"):
                 o.status, o.blocks = "finished", 0
         self._prev_scheduled = set(rec.scheduled)
         self.last_step = rec.step
+        return done
+
+    def _admitted_first(self, o: Observed) -> None:
+        wait = o.first_admitted - o.req.arrival  # type: ignore[operator]
+        if self.keep_waits:
+            self._waits[o.req.id] = (o.seq, wait)
+        w = self.worst_wait
+        if w is None or wait > w[1] or (wait == w[1] and o.seq < w[2]):
+            self.worst_wait = (o.req.id, wait, o.seq)
 
     def close(self, bound: int | None) -> list[Violation]:
         """Trace-level properties once the trace is over (async finishes applied)."""
         for rid in self._deferred_finish:
-            o = self.reqs[rid]
-            if o.status in ("waiting", "running"):
+            o = self.reqs.get(rid)
+            if o is not None and o.status in ("waiting", "running"):
                 o.status, o.blocks = "finished", 0
         self._deferred_finish = []
         found = []
         if bound is not None:
-            v = bounded_wait(
-                {rid: (o.req.arrival, o.first_admitted, o.status) for rid, o in self.reqs.items()},
-                self.last_step,
-                bound,
-            )
-            if v is not None:
-                found.append(v)
+            # bounded_wait reports the longest wait (the earliest arrival on ties): judge that one.
+            worst: tuple[int, int, str, int, int | None, str] | None = None
+            for rid, seq, arrival, first, status in self._unpacked():
+                if first is None and status == "aborted":
+                    continue
+                wait = (first if first is not None else self.last_step) - arrival
+                if worst is None or (wait, -seq) > (worst[0], -worst[1]):
+                    worst = (wait, seq, rid, arrival, first, status)
+            if worst is not None:
+                v = bounded_wait({worst[2]: (worst[3], worst[4], worst[5])}, self.last_step, bound)
+                if v is not None:
+                    found.append(v)
         self.violations.extend(found)
         return found
 
     def waits(self) -> dict[str, int]:
-        return {rid: o.first_admitted - o.req.arrival for rid, o in self.reqs.items()
-                if o.first_admitted is not None}
+        """Steps from arrival to first admission, in arrival order (`keep_waits`; else only the worst)."""
+        if not self.keep_waits:
+            return {self.worst_wait[0]: self.worst_wait[1]} if self.worst_wait else {}
+        return {rid: w for rid, (_, w) in sorted(self._waits.items(), key=lambda kv: kv[1][0])}

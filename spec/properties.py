@@ -8,7 +8,7 @@ clause that failed. `bounded_wait` is judged over a whole run.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -34,22 +34,27 @@ class Violation:
 
 @dataclass
 class StepView:
+    """The per-request mappings cover at least every request the step names
+    and every request waiting or running when it starts (the observer keeps
+    no more: finished and aborted requests it is not asked about are not in
+    `status`)."""
+
     config: Config
     rec: StepRecord
-    adapter: dict[str, int]
-    num_tokens: dict[str, int]  # prompt + sampled tokens, when the step starts
-    computed: dict[str, int]
-    waiting_since: dict[str, int]
-    arrival: dict[str, int]
-    priority: dict[str, int]
-    seq: dict[str, int]  # arrival order
-    ever_admitted: set[str]  # first-admitted before this step
-    status: dict[str, str]  # waiting | running | finished | aborted, before the step
+    adapter: Mapping[str, int]
+    num_tokens: Mapping[str, int]  # prompt + sampled tokens, when the step starts
+    computed: Mapping[str, int]
+    waiting_since: Mapping[str, int]
+    arrival: Mapping[str, int]
+    priority: Mapping[str, int]
+    seq: Mapping[str, int]  # arrival order
+    ever_admitted: Container[str]  # first-admitted before this step
+    status: Mapping[str, str]  # waiting | running | finished | aborted, before the step
     running_after: list[str]  # running once the step is scheduled
     blocks_after: dict[str, int]  # KV blocks of running_after
     used_before_scan: int  # KV blocks held when the waiting scan starts
-    in_flight: set[str]  # async: requests whose previous output is not applied
-    outputs_left: dict[str, int] = field(default_factory=dict)  # max_tokens - outputs applied, when the step starts
+    in_flight: Container[str]  # async: requests whose previous output is not applied
+    outputs_left: Mapping[str, int] = field(default_factory=dict)  # max_tokens - outputs applied, at the start
 
 
 def _loras(view: StepView, ids: list[str] | dict[str, int]) -> set[int]:
@@ -109,28 +114,33 @@ def conservation(view: StepView) -> Violation | None:
     def bad(clause: str, msg: str) -> Violation:
         return Violation("conservation", step, f"clause {clause}: {msg}")
 
-    both = set(rec.waiting) & set(rec.running)
+    sets = {"waiting": set(rec.waiting), "running": set(rec.running)}
+    both = sets["waiting"] & sets["running"]
     if both:
         return bad("duplicated", f"request {min(both)!r} is listed both waiting and running")
+    lost: dict[str, str] = {}  # where -> the first request (arrival order) that was there and is not listed
+    for rid, st in view.status.items():
+        if st in sets and st not in lost and rid not in sets[st]:
+            lost[st] = rid
     for where in ("waiting", "running"):
         listed = getattr(rec, where)
-        for rid, st in view.status.items():
-            if st == where and rid not in listed:
-                other = "running" if where == "waiting" else "waiting"
-                fate = f"listed {other}" if rid in getattr(rec, other) else "gone"
-                return bad("lost", f"request {rid!r} was {where} and is {fate} without a recorded "
-                           "admission, preemption, finish or abort")
+        gone = lost.get(where)
+        if gone is not None:
+            other = "running" if where == "waiting" else "waiting"
+            fate = f"listed {other}" if gone in sets[other] else "gone"
+            return bad("lost", f"request {gone!r} was {where} and is {fate} without a recorded "
+                       "admission, preemption, finish or abort")
         for rid in listed:
             if view.status.get(rid) != where:
                 return bad("listed", f"request {rid!r} is listed {where} but was {view.status.get(rid)}")
-    running = set(rec.running) - set(rec.preempted)
+    running = sets["running"] - set(rec.preempted)
     for rid in rec.admitted:
-        if rid not in rec.waiting:
+        if rid not in sets["waiting"]:
             return bad("admitted", f"request {rid!r} admitted while not waiting")
         if rid not in rec.scheduled:
             return bad("admitted", f"request {rid!r} admitted but not scheduled")
     for rid in rec.preempted:
-        if rid not in rec.running:
+        if rid not in sets["running"]:
             return bad("preempted", f"request {rid!r} preempted while not running")
     for rid in rec.scheduled:
         if rid not in running and rid not in rec.admitted:

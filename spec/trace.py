@@ -2,14 +2,17 @@
 
 JSON Lines, one event a line: a `header`, then `arrive`, `abort` and `step`
 events (`docs/trace.schema.json` is the JSON Schema of each line).
-`TraceWriter` flushes every line so a crash loses nothing; `read_trace`
-checks structure and references: a malformed trace raises `TraceError`
-naming the file, the line and the reason. What a trace says the scheduler
+`TraceWriter` flushes every line so a crash loses nothing; `TraceReader`
+(one pass, one event at a time) and `read_trace` (the whole trace in
+memory) check structure and references: a malformed trace raises
+`TraceError` naming the file, the line and the reason. What a trace says the scheduler
 did is judged by the properties (`spec.check`), not by the reader.
 """
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import os
 from collections.abc import Iterator
@@ -74,18 +77,65 @@ class Trace:
 
 
 class TraceWriter:
-    """Writes one event a line and flushes it (and fsyncs on close)."""
+    """Writes one event a line and flushes it (and fsyncs on close).
 
-    def __init__(self, path: str | os.PathLike[str], config: Config, source: str) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f: IO[str] = open(self.path, "w", encoding="utf-8")
-        self._emit({"kind": "header", "format": FORMAT, "version": VERSION,
-                    "source": source, "config": config.to_dict()})
+    A path ending in `.gz` is written gzip-compressed. `flush_every` lines
+    are written between flushes (1: every line, so a crash loses nothing; a
+    larger value trades the last lines for speed, gzip compressing better).
+
+    `max_bytes`: rotate by size. `path` is then a directory, filled with
+    segments `trace-000001.jsonl.gz`, `trace-000002.jsonl.gz`, ... (plain
+    `.jsonl` with `compress=False`), each starting with the header line; a
+    new one starts once the current one holds `max_bytes` on disk (checked at
+    each flush). `lora-sched check DIR` reads them as one trace (`segments`).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], config: Config, source: str, *, flush_every: int = 1,
+                 max_bytes: int | None = None, compress: bool = True) -> None:
+        self._header = {"kind": "header", "format": FORMAT, "version": VERSION,
+                        "source": source, "config": config.to_dict()}
+        self._flush_every = max(1, flush_every)
+        self._unflushed = 0
+        self._max_bytes = max_bytes
+        self._segment = 0
+        if max_bytes is not None:
+            self.dir = Path(path)
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._suffix = ".jsonl.gz" if compress else ".jsonl"
+            self._open(self._next_segment())
+        else:
+            self._open(Path(path))
+
+    def _next_segment(self) -> Path:
+        self._segment += 1
+        return self.dir / f"trace-{self._segment:06d}{self._suffix}"
+
+    def _open(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._gz = path.name.endswith(".gz")
+        self._raw = open(path, "wb")
+        stream = gzip.GzipFile(fileobj=self._raw, mode="wb", compresslevel=6) if self._gz else self._raw
+        self._f: IO[str] = io.TextIOWrapper(stream, encoding="utf-8", write_through=False)
+        self._emit(self._header)
 
     def _emit(self, obj: dict[str, Any]) -> None:
         self._f.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        self._unflushed += 1
+        if self._unflushed >= self._flush_every:
+            self._f.flush()
+            self._unflushed = 0
+            if self._max_bytes is not None and self._raw.tell() >= self._max_bytes:
+                self._close_file()
+                self._open(self._next_segment())
+
+    def _close_file(self) -> None:
         self._f.flush()
+        if self._gz:
+            self._f.close()  # writes the gzip trailer; the file stays open
+        self._raw.flush()
+        os.fsync(self._raw.fileno())
+        self._raw.close()
 
     def arrive(self, req: Request, step: int) -> None:
         d = req.to_dict()
@@ -100,10 +150,8 @@ class TraceWriter:
         self._emit(rec.to_json())
 
     def close(self) -> None:
-        if not self._f.closed:
-            self._f.flush()
-            os.fsync(self._f.fileno())
-            self._f.close()
+        if not self._raw.closed:
+            self._close_file()
 
     def __enter__(self) -> TraceWriter:
         return self
@@ -149,18 +197,242 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 
 def _id_list(obj: dict[str, Any], key: str, err) -> list[str]:
     ids = _get(obj, key, list, err)
+    if not ids:
+        return ids
     for x in ids:
         if not isinstance(x, str):
             raise err(f"field {key!r} must list request ids (strings), got {x!r}")
-    if len(set(ids)) != len(ids):
+    if len(ids) > 1 and len(set(ids)) != len(ids):
         dup = next(x for x in ids if ids.count(x) > 1)
         raise err(f"field {key!r} lists request {dup!r} twice")
     return ids
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_text(path: str) -> IO[str]:
+    """A trace file as text: plain JSON Lines, or gzip (told by its magic bytes, whatever its name)."""
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    if magic == GZIP_MAGIC:
+        return gzip.open(path, "rt", encoding="utf-8")
+    return open(path, encoding="utf-8")
+
+
+SEGMENT_SUFFIXES = (".jsonl", ".jsonl.gz")
+
+
+def segments(path: str) -> list[str]:
+    """The files of a trace: the file itself, or a directory's `*.jsonl` and
+    `*.jsonl.gz` files in name order (a rotating writer's segments,
+    `RotatingTraceWriter`)."""
+    if not os.path.isdir(path):
+        return [path]
+    files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(SEGMENT_SUFFIXES))
+    if not files:
+        raise TraceError(path, 0, "no trace files (*.jsonl, *.jsonl.gz) in the directory")
+    return files
+
+
 def iter_lines(path: str) -> Iterator[tuple[int, str]]:
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:
         yield from enumerate(f, 1)
+
+
+class TraceReader:
+    """Reads a trace in one pass, one event at a time: the streaming form of `read_trace`.
+
+    The constructor reads the header (`config`, `source`, `header`);
+    iterating yields every event in file order, each checked as `read_trace`
+    documents, and raises `TraceError` at the first malformed line. Memory:
+    the arrival step of every request id seen (to tell an unknown request
+    from one that finished), nothing per step. `complete`, `requests` and
+    `steps` are final once the iteration is over.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, allow_truncated_tail: bool = False) -> None:
+        self.path = str(path)
+        self.allow_truncated_tail = allow_truncated_tail
+        self.complete = True
+        self.requests = 0
+        self.steps = 0
+        self._files = segments(self.path)
+        self.file = spath = self._files[0]  # the segment being read: errors name it
+        try:
+            self._lines = self._segment_lines()
+            first = self._next_object()
+        except OSError as exc:
+            raise TraceError(spath, 0, f"cannot read: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise TraceError(spath, 0, f"not UTF-8 text: {exc.reason}") from None
+        if first is None:
+            raise TraceError(spath, 1, "empty file: expected a header line" if self._seen == 0 else "no header line")
+        n0, head = first
+
+        def err0(reason: str) -> TraceError:
+            return TraceError(spath, n0, reason)
+
+        if head.get("kind") != "header":
+            raise err0(f"first line must be the header, got kind {head.get('kind')!r}")
+        if head.get("format") != FORMAT:
+            raise err0(f"format must be {FORMAT!r}, got {head.get('format')!r}")
+        if head.get("version") != VERSION:
+            raise err0(f"unsupported version {head.get('version')!r} (this reader knows {VERSION})")
+        try:
+            self.config = Config.from_dict(head.get("config", {}))
+        except ConfigError as exc:
+            raise err0(str(exc)) from None
+        source = head.get("source", "")
+        if not isinstance(source, str):
+            raise err0(f"field 'source' must be a string, got {source!r}")
+        self.config = replace(self.config, vllm=_release(head, source, err0))
+        self.source = source
+        self.header = head
+
+    _seen = 0  # lines of the current segment read so far
+    header: dict[str, Any] | None = None
+
+    def _segment_lines(self) -> Iterator[tuple[int, str]]:
+        """Every segment's lines in turn; a later segment's header line (the
+        rotating writer starts each file with it) must repeat the first one's
+        and is skipped."""
+        for i, f in enumerate(self._files):
+            self.file, self._seen = f, 0
+            expect_header = i > 0
+            for n, raw in iter_lines(f):
+                if expect_header and raw.strip():
+                    expect_header = False
+                    try:
+                        same = json.loads(raw) == self.header
+                    except json.JSONDecodeError:
+                        same = False
+                    if not same:
+                        raise TraceError(f, n, "a segment must start with the trace's header line "
+                                         f"(the one of {self._files[0]})")
+                    continue
+                yield n, raw
+
+    def _next_object(self) -> tuple[int, dict[str, Any]] | None:
+        """The next non-blank line as (line number, JSON object), or None at the end."""
+        for n, raw in self._lines:
+            self._seen = n
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                # Only the trace's last line can lack its newline: a crash cut it short.
+                if self.allow_truncated_tail and not raw.endswith("\n") and self.file == self._files[-1]:
+                    self.complete = False
+                    return None
+                raise TraceError(self.file, n, f"bad JSON: {exc.msg} (column {exc.colno})") from None
+            if not isinstance(obj, dict):
+                raise TraceError(self.file, n, "expected a JSON object")
+            return n, obj
+        return None
+
+    def __iter__(self) -> Iterator[Event]:
+        known: dict[str, int] = {}  # request id -> arrival step
+        last_step: int | None = None  # the last step line read
+        try:
+            while (item := self._next_object()) is not None:
+                n, obj = item
+
+                def err(reason: str, n: int = n) -> TraceError:
+                    return TraceError(self.file, n, reason)
+
+                kind = obj.get("kind")
+                if kind in ("arrive", "abort", "step"):
+                    step = _get(obj, "step", int, err)
+                    if step < 0:
+                        raise err(f"field 'step' must be >= 0, got {step}")
+                if kind == "arrive":
+                    rid = _get(obj, "id", str, err)
+                    if rid in known:
+                        raise err(f"request {rid!r} arrives twice")
+                    if last_step is not None and step <= last_step:
+                        raise err(f"arrival at step {step} comes after the line of step {last_step}: "
+                                  "a step's arrivals precede its line")
+                    try:
+                        req = Request(rid, _get(obj, "adapter", int, err), _get(obj, "prompt_tokens", int, err),
+                                      _get(obj, "max_tokens", int, err), step, obj.get("priority", 0))
+                    except RequestError as exc:
+                        raise err(str(exc)) from None
+                    known[rid] = step
+                    self.requests += 1
+                    yield Arrive(n, step, req)
+                elif kind == "abort":
+                    rid = _get(obj, "id", str, err)
+                    if rid not in known:
+                        raise err(f"abort of unknown request {rid!r}")
+                    if step < known[rid]:
+                        raise err(f"abort of {rid!r} at step {step}, before its arrival step {known[rid]}")
+                    if last_step is not None and step <= last_step:
+                        raise err(f"abort at step {step} comes after the line of step {last_step}: "
+                                  "a step's aborts precede its line")
+                    yield Abort(n, step, rid)
+                elif kind == "step":
+                    if last_step is not None and step <= last_step:
+                        raise err(f"step {step} out of order: it follows step {last_step}")
+                    waiting = _id_list(obj, "waiting", err)
+                    running = _id_list(obj, "running", err)
+                    sched_raw = _get(obj, "scheduled", dict, err)
+                    admitted = _id_list(obj, "admitted", err)
+                    preempted = _id_list(obj, "preempted", err)
+                    finished = _id_list(obj, "finished", err)
+                    if "throttle" in obj and not isinstance(obj["throttle"], bool):
+                        raise err(f"field 'throttle' must be true or false, got {obj['throttle']!r}")
+                    for rid, tok in sched_raw.items():
+                        if isinstance(tok, bool) or not isinstance(tok, int) or tok < 1:
+                            raise err(f"scheduled tokens for {rid!r} must be a positive integer, got {tok!r}")
+                    for ids in (waiting, running, sched_raw, admitted, preempted, finished):
+                        for rid in ids:
+                            arrival = known.get(rid)
+                            if arrival is None:
+                                raise err(f"unknown request {rid!r}")
+                            if arrival > step:
+                                raise err(f"request {rid!r} is listed before its arrival step {arrival}")
+                    last_step = step
+                    self.steps += 1
+                    yield Step(n, StepRecord(step, waiting, running, sched_raw, admitted,
+                                             preempted, finished, obj.get("throttle", False)))
+                elif kind == "header":
+                    raise err("a second header line")
+                else:
+                    raise err(f"unknown event kind {kind!r} (expected arrive, abort or step)")
+        except OSError as exc:
+            raise TraceError(self.file, self._seen, f"cannot read: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise TraceError(self.file, self._seen + 1, f"not UTF-8 text: {exc.reason}") from None
+        except EOFError as exc:  # a gzip stream cut short
+            if not self.allow_truncated_tail or self.file != self._files[-1]:
+                raise TraceError(self.file, self._seen + 1, f"gzip stream cut short: {exc}") from None
+            self.complete = False
+
+    def trace(self) -> Trace:
+        """Read every event into a `Trace` (memory grows with the trace)."""
+        trace = Trace(self.path, self.config, self.source, self.header)
+        trace.events.extend(self)
+        trace.complete = self.complete
+        return trace
+
+
+def step_line_at(path: str, step: int) -> int | None:
+    """The line of the first step line at or after `step` in a trace file or
+    directory (in its segment; a second, light pass)."""
+    for f in segments(path):
+        for n, raw in iter_lines(f):
+            if '"step"' not in raw:
+                continue
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError:
+                return None
+            if isinstance(obj, dict) and obj.get("kind") == "step" and isinstance(obj.get("step"), int) \
+                    and obj["step"] >= step:
+                return n
+    return None
 
 
 def read_trace(path: str | os.PathLike[str], *, allow_truncated_tail: bool = False) -> Trace:
@@ -173,7 +445,8 @@ def read_trace(path: str | os.PathLike[str], *, allow_truncated_tail: bool = Fal
     (unknown, or its arrival step after the step that names it); step numbers
     that do not increase; an arrival or abort for a step whose line was
     already written. The first step may be any number >= 0, and steps may
-    jump over idle ones.
+    jump over idle ones. The file may be gzip-compressed. Lines are read in
+    order (`TraceReader`): the first malformed one is reported.
 
     Not judged here: whether the lists agree with the events before, whether
     a step admits only waiting requests, fits the budget, the seats or the KV
@@ -184,119 +457,4 @@ def read_trace(path: str | os.PathLike[str], *, allow_truncated_tail: bool = Fal
     `allow_truncated_tail`: a crash can cut the last line short; when set, an
     unparsable *final* line is dropped and `Trace.complete` is False.
     """
-    spath = str(path)
-    try:
-        lines = list(iter_lines(spath))
-    except OSError as exc:
-        raise TraceError(spath, 0, f"cannot read: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise TraceError(spath, 0, f"not UTF-8 text: {exc.reason}") from None
-    if not lines:
-        raise TraceError(spath, 1, "empty file: expected a header line")
-
-    complete = True
-    parsed: list[tuple[int, dict[str, Any]]] = []
-    for n, raw in lines:
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            if allow_truncated_tail and n == lines[-1][0] and not raw.endswith("\n"):
-                complete = False
-                break
-            raise TraceError(spath, n, f"bad JSON: {exc.msg} (column {exc.colno})") from None
-        if not isinstance(obj, dict):
-            raise TraceError(spath, n, "expected a JSON object")
-        parsed.append((n, obj))
-    if not parsed:
-        raise TraceError(spath, 1, "no header line")
-
-    n0, head = parsed[0]
-
-    def err0(reason: str) -> TraceError:
-        return TraceError(spath, n0, reason)
-
-    if head.get("kind") != "header":
-        raise err0(f"first line must be the header, got kind {head.get('kind')!r}")
-    if head.get("format") != FORMAT:
-        raise err0(f"format must be {FORMAT!r}, got {head.get('format')!r}")
-    if head.get("version") != VERSION:
-        raise err0(f"unsupported version {head.get('version')!r} (this reader knows {VERSION})")
-    try:
-        config = Config.from_dict(head.get("config", {}))
-    except ConfigError as exc:
-        raise err0(str(exc)) from None
-    source = head.get("source", "")
-    if not isinstance(source, str):
-        raise err0(f"field 'source' must be a string, got {source!r}")
-    config = replace(config, vllm=_release(head, source, err0))
-    trace = Trace(spath, config, source, head, complete=complete)
-
-    known: dict[str, Request] = {}
-    last_step: int | None = None  # the last step line read
-
-    for n, obj in parsed[1:]:
-        def err(reason: str, n: int = n) -> TraceError:
-            return TraceError(spath, n, reason)
-
-        kind = obj.get("kind")
-        if kind in ("arrive", "abort", "step"):
-            step = _get(obj, "step", int, err)
-            if step < 0:
-                raise err(f"field 'step' must be >= 0, got {step}")
-        if kind == "arrive":
-            rid = _get(obj, "id", str, err)
-            if rid in known:
-                raise err(f"request {rid!r} arrives twice")
-            if last_step is not None and step <= last_step:
-                raise err(f"arrival at step {step} comes after the line of step {last_step}: "
-                          "a step's arrivals precede its line")
-            try:
-                req = Request(rid, _get(obj, "adapter", int, err), _get(obj, "prompt_tokens", int, err),
-                              _get(obj, "max_tokens", int, err), step, obj.get("priority", 0))
-            except RequestError as exc:
-                raise err(str(exc)) from None
-            known[rid] = req
-            trace.events.append(Arrive(n, step, req))
-        elif kind == "abort":
-            rid = _get(obj, "id", str, err)
-            if rid not in known:
-                raise err(f"abort of unknown request {rid!r}")
-            if step < known[rid].arrival:
-                raise err(f"abort of {rid!r} at step {step}, before its arrival step {known[rid].arrival}")
-            if last_step is not None and step <= last_step:
-                raise err(f"abort at step {step} comes after the line of step {last_step}: "
-                          "a step's aborts precede its line")
-            trace.events.append(Abort(n, step, rid))
-        elif kind == "step":
-            if last_step is not None and step <= last_step:
-                raise err(f"step {step} out of order: it follows step {last_step}")
-            waiting = _id_list(obj, "waiting", err)
-            running = _id_list(obj, "running", err)
-            sched_raw = _get(obj, "scheduled", dict, err)
-            admitted = _id_list(obj, "admitted", err)
-            preempted = _id_list(obj, "preempted", err)
-            finished = _id_list(obj, "finished", err)
-            if "throttle" in obj and not isinstance(obj["throttle"], bool):
-                raise err(f"field 'throttle' must be true or false, got {obj['throttle']!r}")
-            scheduled: dict[str, int] = {}
-            for rid, tok in sched_raw.items():
-                if isinstance(tok, bool) or not isinstance(tok, int) or tok < 1:
-                    raise err(f"scheduled tokens for {rid!r} must be a positive integer, got {tok!r}")
-                scheduled[rid] = tok
-            for rid in [*waiting, *running, *scheduled, *admitted, *preempted, *finished]:
-                if rid not in known:
-                    raise err(f"unknown request {rid!r}")
-                if known[rid].arrival > step:
-                    raise err(f"request {rid!r} is listed before its arrival step {known[rid].arrival}")
-            last_step = step
-            trace.events.append(Step(n, StepRecord(step, waiting, running, scheduled, admitted,
-                                                   preempted, finished, obj.get("throttle", False))))
-        elif kind == "header":
-            raise err("a second header line")
-        else:
-            raise err(f"unknown event kind {kind!r} (expected arrive, abort or step)")
-    return trace
-
-
+    return TraceReader(path, allow_truncated_tail=allow_truncated_tail).trace()

@@ -171,7 +171,7 @@ class PolicyMachine(RuleBasedStateMachine):
         if not hasattr(self, "sched") or self.cfg.async_scheduling or self.events:
             return
         for rid, rs in self.sched.state.reqs.items():
-            assert self.obs.reqs[rid].status == rs.status, (rid, self.obs.reqs[rid].status, rs.status)
+            assert self.obs.status_of(rid) == rs.status, (rid, self.obs.status_of(rid), rs.status)
 
     def teardown(self):
         """Drain the run to completion (no more arrivals), then check bounded_wait."""

@@ -26,6 +26,8 @@ from lora_sched.bench.live import LIVE_INPUT_MEAN, LIVE_OUTPUT, LIVE_PROMPTS, LI
 from lora_sched.bench.simulate import progress, ratio, seed_config, seed_requests, simulate_policy
 from lora_sched.bench.sweeps import STARVATION_STEPS, STREAM_LENGTHS, starvation_sweep, tuning_sweep
 from lora_sched.bench.table import table
+from lora_sched.policy.driver import release
+from lora_sched.spec import releases
 from lora_sched.spec.config import POLICIES
 
 
@@ -55,6 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--realistic", action="store_true",
                         help="the realistic multi-tenant grid (Zipf adapters, Poisson / on-off arrivals, lognormal "
                              "lengths; bench.realistic): table, goals on design and held-out sets, plots")
+    parser.add_argument("--vllm", choices=list(releases.RELEASES), default=releases.NEWEST,
+                        help=f"the vLLM release every simulated run follows (default {releases.NEWEST}; "
+                             "spec/releases.py)")
     parser.add_argument("--large", action="store_true", help="--realistic: the 48-workload grid (default 12)")
     parser.add_argument("--online", action="store_true",
                         help="judge the saved pairs (adv-online*): every online rule is beaten by the field "
@@ -112,6 +117,16 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def main(args: argparse.Namespace) -> int:
+    # The live, speed and overhead modes run the installed vLLM, whose traces
+    # name their release; --vllm is for the simulated runs.
+    name = None if (args.live or args.speed or args.overhead) else args.vllm
+    if name is not None:
+        print(f"[bench] simulated runs follow vLLM {name}'s scheduler (--vllm)", flush=True)
+    with release(name):
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.overhead:
         return overhead.main(args)
     if (args.live or args.speed) and importlib.util.find_spec("vllm") is None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from lora_sched.policy import make_gate
 from lora_sched.policy.core import Scheduler
 from lora_sched.policy.gate import Gate
+from lora_sched.spec import releases
 from lora_sched.spec.config import Config, throttled
 from lora_sched.spec.request import Request
 from lora_sched.spec.state import StepRecord
@@ -66,6 +69,24 @@ class RunResult:
                 for rid, rs in self.scheduler.state.reqs.items() if rs.first_admitted is not None}
 
 
+_RELEASE: str | None = None  # `release`'s override of every run's `Config.vllm`
+
+
+@contextlib.contextmanager
+def release(name: str | None) -> Iterator[None]:
+    """Every `run` inside follows vLLM release `name` (`spec.releases`), whatever
+    its config says: how `lora-sched bench --vllm` reaches the configs the
+    benches build. None leaves configs as they are. Restored on exit."""
+    global _RELEASE
+    if name is not None:
+        releases.get(name)  # an unknown release is refused here, naming the supported ones
+    old, _RELEASE = _RELEASE, name
+    try:
+        yield
+    finally:
+        _RELEASE = old
+
+
 def run(
     config: Config,
     workload: Workload,
@@ -94,6 +115,8 @@ def run(
     """
     if policy is not None:
         config = replace(config, policy=policy)
+    if _RELEASE is not None:
+        config = replace(config, vllm=_RELEASE)
     sched = Scheduler(config, gate if gate is not None else make_gate(config.policy), forget_done=not keep_records)
     first: dict[str, int | None] | None = None if keep_records else {}
     arrival: dict[str, int] = {}

@@ -264,3 +264,29 @@ def test_live_field_short_command_keeps_the_flags() -> None:
     assert short_command(cmd, keep=3) == ["x", "--lora-modules", "lora0", "lora1", "lora2", "... (20 names in all)",
                                           "--seed", "0"]
     assert short_command(cmd[:5] + ["--seed", "0"], keep=3) == cmd[:5] + ["--seed", "0"]
+
+
+def test_bench_vllm_choice_reaches_every_simulated_run() -> None:
+    """`lora-sched bench --vllm R` (default the newest release) makes every
+    `policy.driver.run` inside follow R, whatever config a bench built; an
+    unknown release is refused naming the supported ones; the override ends
+    with the command."""
+    import argparse
+
+    from lora_sched.bench.cli import add_arguments
+    from lora_sched.policy.driver import Workload, release, run
+    from lora_sched.spec import releases
+    from lora_sched.spec.config import Config
+    from lora_sched.spec.request import Request
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    assert p.parse_args([]).vllm == releases.NEWEST
+    wl = Workload([Request("r0", 1, 4, 2, 1)])
+    cfg = Config(vllm="0.32")
+    with release("0.33"):
+        assert run(cfg, wl).config.vllm == "0.33"
+    assert run(cfg, wl).config.vllm == "0.32"
+    with pytest.raises(releases.UnknownRelease, match="0.32"):
+        with release("0.99"):
+            pass

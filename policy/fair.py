@@ -111,15 +111,13 @@ from lora_sched.spec.state import State, StepRecord, peak_present, peak_waiting
 
 @dataclass(frozen=True)
 class Waiting:
-    """A waiting request as the guard sees it."""
+    """A request joining `waiting`, as the guard indexes it."""
 
     id: str
     adapter: int
     waiting_since: int  # step it last joined `waiting` (arrival or preemption)
     seq: int  # arrival order
     priority: int = 0
-    stale: bool = False  # async output still in flight: vLLM skips it
-    left: int = 1  # outputs still to produce (max_tokens - generated): steps it needs at least
 
 
 @dataclass

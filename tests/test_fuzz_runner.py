@@ -50,9 +50,12 @@ def test_fair_in_vllm_runs_the_crashing_workload() -> None:
 
 
 def test_the_crash_shrinks_to_three_requests() -> None:
+    """On 0.32 the crash shrinks to three requests; 0.33 does not crash on the
+    same workload (its cap counts every running request), so there is
+    nothing to shrink and the test says so by running it."""
     if installed_release() != "0.32":
-        pytest.skip("0.33 does not crash on it: nothing to shrink "
-                    "(test_vllm_crash_is_a_finding_with_the_trace_up_to_it runs it clean there)")
+        assert CRASH not in run_case(generate(SEED)).signatures
+        return
     out = shrink(generate(SEED), lambda c: CRASH in run_case(c).signatures, max_runs=700)
     small = out.case
     assert CRASH in run_case(small).signatures

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from lora_sched.bench.popularity import tail_head_ratio
 from lora_sched.bench.simulate import progress
 from lora_sched.bench.table import ROWS, table
 from lora_sched.policy.driver import Workload
@@ -60,9 +61,10 @@ def adapter_waits(requests: dict[str, Request], first_admitted: dict[str, int]) 
 
 
 def trace_summary(path: Path) -> dict:
-    """Steps, per-adapter waits and, for `fair`, the guard's activity, from a recorded trace.
+    """Steps, per-adapter waits, tail/head and, for `fair`, the guard's activity, from a recorded trace.
 
-    Also `busy_steps` (steps that scheduled something) and `vllm_busy_steps`:
+    Also `busy_steps` (steps that scheduled something) and `vllm_busy_steps`
+    (with `vllm_tail_head`):
     the busy steps the reference `vllm` needs for the same requests arriving
     at the same engine steps. A live client sends a burst over many engine
     steps, and how many depends on the machine, so two servers' step counts
@@ -78,11 +80,17 @@ def trace_summary(path: Path) -> dict:
     for rec in steps:
         for rid in rec.admitted:
             first.setdefault(rid, rec.step)
-    out: dict = {"steps": len(steps), "adapters": adapter_waits(trace.requests(), first),
-                 "max_wait_steps": max((first[r] - q.arrival for r, q in trace.requests().items()
-                                        if r in first), default=0),
+    reqs = trace.requests()
+    waits = {r: first[r] - q.arrival for r, q in reqs.items() if r in first}
+    adapter_of = {r: q.adapter for r, q in reqs.items()}
+    ref = _vllm_same_arrivals(trace)
+    out: dict = {"steps": len(steps), "adapters": adapter_waits(reqs, first),
+                 "max_wait_steps": max(waits.values(), default=0),
                  "busy_steps": sum(1 for rec in steps if rec.scheduled),
-                 "vllm_busy_steps": _vllm_busy_steps(trace)}
+                 "vllm_busy_steps": None if ref is None else ref[0],
+                 "tail_head": tail_head_ratio(waits, adapter_of, trace.config.max_loras),
+                 "vllm_tail_head": None if ref is None else tail_head_ratio(ref[1], adapter_of,
+                                                                            trace.config.max_loras)}
     if trace.config.policy == "fair":
         holds = _CountingHolds(trace.config)
         for _ in observe_trace(trace, Observer(trace.config, holds)):
@@ -93,16 +101,16 @@ def trace_summary(path: Path) -> dict:
     return out
 
 
-def _vllm_busy_steps(trace: Trace) -> int | None:
-    """Busy steps of the reference `vllm` on the trace's requests and arrival
-    steps (aborts are not replayed: None when the trace has any, or is cut)."""
+def _vllm_same_arrivals(trace: Trace) -> tuple[int, dict[str, int]] | None:
+    """Busy steps and waits of the reference `vllm` on the trace's requests and
+    arrival steps (aborts are not replayed: None when the trace has any, or is cut)."""
     from lora_sched.policy.driver import run
     from lora_sched.spec.trace import Abort
 
     if not trace.complete or any(isinstance(e, Abort) for e in trace.events):
         return None
     res = run(replace(trace.config, policy="vllm"), Workload(list(trace.requests().values())))
-    return sum(1 for rec in res.records if rec.scheduled)
+    return sum(1 for rec in res.records if rec.scheduled), res.waits()
 
 
 class _CountingHolds(FairHolds):

@@ -30,7 +30,15 @@ max_loras-1 family and `adv-drainer-throughput`):
   `--lora-assignment round-robin`); `--family-repeat K` sends the family K
   times over (default 16, so that a run lasts long enough to time). All requests
   are sent at once: the family's arrival steps are not replayed (a live
-  server has no steps to send at), its order is.
+  server has no steps to send at), its order is;
+- `realistic`: `bench.realistic.live_requests`, the realistic grid's shape
+  scaled to the tiny model (Zipf 1.5 over the 8 adapters, 20% base model,
+  lognormal lengths clipped to 256; max_loras 2, 32 seats, budget 1024),
+  sent by vLLM's client at `REALISTIC_RATE` requests a second with Poisson
+  arrivals (`--request-rate`, burstiness 1, seeded) instead of at once;
+  `--family-repeat` does not apply. The table adds tail/head
+  (`bench.realistic.tail_head`) from the trace's waits, and the reference
+  `vllm`'s on the trace's own arrivals.
 
 vLLM refuses configs whose token budget is below the seat count
 (`max_num_batched_tokens >= max_num_seqs`); such a family is reported and
@@ -51,6 +59,8 @@ from lora_sched.spec.config import IN_VLLM, Config
 from lora_sched.spec.request import Request
 
 SEED = "seed"
+REALISTIC = "realistic"
+REALISTIC_RATE = 16.0  # requests/s: about 0.4 a step at the tiny model's pace, near the LoRA slots' capacity
 KNOWN = "known max_loras 1 (issue 11)"
 # The seed shape, issue 11's family, and the adversarial family vLLM accepts
 # (budget >= seats) on which fair and the drainer lose most to vllm.
@@ -74,6 +84,7 @@ class LiveWorkload:
     config: Config
     about: str
     requests: list[Request] | None  # None: the seed shape (vLLM's random dataset)
+    rate: float | None = None  # requests/s the client sends at (Poisson); None: all at once
 
 
 def workload(name: str, *, starvation_steps: int, repeat: int) -> LiveWorkload:
@@ -81,11 +92,19 @@ def workload(name: str, *, starvation_steps: int, repeat: int) -> LiveWorkload:
     if name == SEED:
         return LiveWorkload(SEED, live_config(starvation_steps),
                             "the seed's shape: random prompts, 8 adapters at random, max_loras 4", None)
+    if name == REALISTIC:
+        from lora_sched.bench.realistic import LIVE_CONFIG, live_requests
+
+        reqs = live_requests()
+        cfg = Config(**LIVE_CONFIG, block_size=BLOCK_SIZE, starvation_steps=starvation_steps)
+        return LiveWorkload(REALISTIC, cfg, f"{len(reqs)} requests, Zipf 1.5 over 8 adapters, max_loras "
+                            f"{cfg.max_loras}, {cfg.max_num_seqs} seats, Poisson at {REALISTIC_RATE:g} req/s",
+                            reqs, REALISTIC_RATE)
     from lora_sched.bench.families import all_families
 
     fams = all_families()
     if name not in fams:
-        raise LiveFieldError(f"--family: unknown family {name!r}; known: {SEED!r}, "
+        raise LiveFieldError(f"--family: unknown family {name!r}; known: {SEED!r}, {REALISTIC!r}, "
                              + ", ".join(repr(n) for n in fams))
     cfg, reqs = fams[name]
     if cfg.max_num_batched_tokens < cfg.max_num_seqs:
@@ -114,12 +133,13 @@ def write_dataset(reqs: list[Request], path: Path) -> list[str]:
 
 
 def family_client_command(port: int, tokenizer: str, dataset: Path, models: list[str], *, result_dir: Path,
-                          result_file: str) -> list[str]:
-    """`vllm bench serve` on a custom dataset, one model name per request, in order."""
+                          result_file: str, rate: float | None = None) -> list[str]:
+    """`vllm bench serve` on a custom dataset, one model name per request, in
+    order; all at once, or at `rate` requests a second (Poisson, seeded)."""
     base = client_command(port, tokenizer, models, prompts=len(models), input_len=1, output_len=1,
                           result_dir=result_dir, result_file=result_file)
     drop = {"--dataset-name": 1, "--random-input-len": 1, "--random-output-len": 1, "--random-range-ratio": 1,
-            "--lora-assignment": 1}
+            "--lora-assignment": 1, "--request-rate": 1}
     cmd: list[str] = []
     i = 0
     while i < len(base):
@@ -129,7 +149,9 @@ def family_client_command(port: int, tokenizer: str, dataset: Path, models: list
         cmd.append(base[i])
         i += 1
     return cmd + ["--dataset-name", "custom", "--dataset-path", str(dataset), "--custom-output-len", "-1",
-                  "--skip-chat-template", "--disable-shuffle", "--lora-assignment", "round-robin"]
+                  "--skip-chat-template", "--disable-shuffle", "--lora-assignment", "round-robin",
+                  "--request-rate", "inf" if rate is None else f"{rate:g}"] + \
+        ([] if rate is None else ["--burstiness", "1.0"])
 
 
 def short_command(cmd: list[str], keep: int = 8) -> list[str]:
@@ -150,14 +172,16 @@ def row(run: dict) -> dict:
     return {**{key: res.get(key) for _, key, _ in COLUMNS}, "completed": res.get("completed"),
             "failed": res.get("failed", 0), "duration_s": res.get("duration_s"),
             "max_wait_steps": tr["max_wait_steps"], "steps": tr["steps"], "busy_steps": tr.get("busy_steps"),
-            "vllm_busy_steps": tr.get("vllm_busy_steps"), "trace_check_ok": run["trace_check_ok"],
+            "vllm_busy_steps": tr.get("vllm_busy_steps"), "tail_head": tr.get("tail_head"),
+            "vllm_tail_head": tr.get("vllm_tail_head"), "trace_check_ok": run["trace_check_ok"],
             "rounds_request_throughput": run["rounds_request_throughput"], "median_round": run["median_round"]}
 
 
 def print_table(name: str, about: str, rows: dict[str, dict]) -> None:
     print(f"\n== live: {name} ({about}) ==")
     head = f"{'policy':11}" + "".join(f"{c:>14}" for c, _, _ in COLUMNS) + \
-        f"{'worst wait':>12}{'steps':>8}{'req/s vs vllm':>15}{'vllm steps/steps':>18}{'same arrivals':>15}{'trace':>8}"
+        f"{'worst wait':>12}{'steps':>8}{'req/s vs vllm':>15}{'vllm steps/steps':>18}{'same arrivals':>15}" \
+        f"{'tail/head':>10}{'(ref vllm)':>11}{'trace':>8}"
     print(head + "\n" + "-" * len(head))
     base = rows.get("vllm", {}).get("request_throughput")
     base_steps = rows.get("vllm", {}).get("steps")
@@ -167,7 +191,9 @@ def print_table(name: str, about: str, rows: dict[str, dict]) -> None:
         rel_steps = f"{base_steps / r['steps']:.3f}" if base_steps and r["steps"] else "-"
         vb, b = r.get("vllm_busy_steps"), r.get("busy_steps")
         same = f"{vb / b:.3f}" if vb and b else "-"
+        th, vth = r.get("tail_head"), r.get("vllm_tail_head")
         print(f"{p:11}{cells}{r['max_wait_steps']:>12}{r['steps']:>8}{rel:>15}{rel_steps:>18}{same:>15}"
+              f"{'-' if th is None else f'{th:.2f}':>10}{'-' if vth is None else f'{vth:.2f}':>11}"
               f"{'ok' if r['trace_check_ok'] else 'FAILED':>8}")
 
 
@@ -205,8 +231,10 @@ def main_live_field(args) -> int:  # noqa: ANN001 - argparse.Namespace
             dataset = out / f"{tag}dataset.jsonl"
             models = write_dataset(wl.requests, dataset)
 
-            def client(port: int, result_file: str, dataset: Path = dataset, models: list[str] = models) -> list[str]:
-                return family_client_command(port, model, dataset, models, result_dir=out, result_file=result_file)
+            def client(port: int, result_file: str, dataset: Path = dataset, models: list[str] = models,
+                       rate: float | None = wl.rate) -> list[str]:
+                return family_client_command(port, model, dataset, models, result_dir=out, result_file=result_file,
+                                             rate=rate)
         runs = {}
         for p in policies:
             runs[p] = run_policy(p, wl.config, args, model, modules, out, tag=tag, client=client,

@@ -42,6 +42,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from lora_sched.bench.popularity import tail_head_ratio
+from lora_sched.bench.tailhead import report as conflicts
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
 
@@ -81,8 +83,8 @@ class Spec:
         return Config(**kw)
 
 
-def _lognormal(rng: random.Random, median: float) -> int:
-    return max(1, min(CLIP, int(round(rng.lognormvariate(math.log(median), SIGMA)))))
+def _lognormal(rng: random.Random, median: float, clip: int = CLIP) -> int:
+    return max(1, min(clip, int(round(rng.lognormvariate(math.log(median), SIGMA)))))
 
 
 def _mix(spec: Spec) -> list[tuple[int, int, int]]:
@@ -152,20 +154,29 @@ def grid(*, large: bool = False, requests: int | None = None) -> list[Spec]:
 
 
 def tail_head(waits: dict[str, int], adapter_of: dict[str, int], spec: Spec) -> float:
-    """Mean wait of the tail adapters' requests over the head adapters' (each + 1 step).
+    """Mean wait of the tail adapters' requests over the head adapters' (each + 1 step),
+    as `bench.popularity` defines them (head: ranks 1..max_loras; tail: the
+    bottom half of the ranks that sent a request)."""
+    return tail_head_ratio(waits, adapter_of, spec.max_loras)
 
-    Head: ranks 1..max_loras. Tail: the bottom half of the ranks that sent a
-    request. Base-model requests are in neither."""
-    ranks = sorted({a for a in adapter_of.values() if a > 0})
-    if len(ranks) < 2:
-        return 1.0
-    head = set(ranks[:spec.max_loras])
-    tail = set(ranks[len(ranks) - len(ranks) // 2:]) - head
-    h = [waits[r] for r, a in adapter_of.items() if a in head and r in waits]
-    t = [waits[r] for r, a in adapter_of.items() if a in tail and r in waits]
-    if not h or not t:
-        return 1.0
-    return (float(np.mean(t)) + 1) / (float(np.mean(h)) + 1)
+
+# The live server's version (`lora-sched bench --live --family realistic`): the
+# tiny model on vLLM's CPU server has 8 adapters and serves a few dozen steps
+# a second, so the mix keeps the shape (Zipf 1.5 over 8 adapters, 20% base
+# model, lognormal lengths with sigma 1) scaled down: medians 40 / 24 tokens
+# clipped to 256, 32 seats, a 1024-token budget, 2 LoRA slots.
+LIVE_ADAPTERS, LIVE_ALPHA, LIVE_BASE, LIVE_REQUESTS, LIVE_SEED = 8, 1.5, 0.2, 300, 2000
+LIVE_PROMPT_MEDIAN, LIVE_OUTPUT_MEDIAN, LIVE_CLIP = 40, 24, 256
+LIVE_CONFIG = dict(max_loras=2, max_num_seqs=32, max_num_batched_tokens=1024)
+
+
+def live_requests() -> list[Request]:
+    """The live realistic mix, in order (the client draws the arrival times)."""
+    rng = random.Random(LIVE_SEED)
+    weights = [r ** -LIVE_ALPHA for r in range(1, LIVE_ADAPTERS + 1)]
+    return [Request(f"q{i}", 0 if rng.random() < LIVE_BASE else rng.choices(range(1, LIVE_ADAPTERS + 1), weights)[0],
+                    _lognormal(rng, LIVE_PROMPT_MEDIAN, LIVE_CLIP), _lognormal(rng, LIVE_OUTPUT_MEDIAN, LIVE_CLIP), 1)
+            for i in range(LIVE_REQUESTS)]
 
 
 def spec_dict(spec: Spec) -> dict:
@@ -291,7 +302,8 @@ def table(rows: list[dict]) -> str:
 def report(out: Path, *, large: bool = False, requests: int | None = None, plots: bool = True,
            processes: int = 2, results: Path | None = None) -> int:
     """`lora-sched bench --realistic`: run the grid, print the table and the
-    goals (design set, held-out set, all), write JSON and plots."""
+    goals (design set, held-out set, all), then the small instances on which
+    no schedule meets the goals together (`bench.tailhead`); write JSON and plots."""
     import json
     import time
 
@@ -308,6 +320,11 @@ def report(out: Path, *, large: bool = False, requests: int | None = None, plots
         for goal, met, figures in goals(rows, design=sel):
             print(f"  {goal} ... {'met' if met else 'NOT MET'}. ({figures})")
             doc["goals"][name].append({"goal": goal, "met": met, "figures": figures})
+    print("\nwhere no rule can meet the goals together: the best schedule of a small instance "
+          "(bench.tailhead, exhaustive search):")
+
+    doc["unreachable"] = [{"instance": name, "goals_conflict": conflict, "figures": figures}
+                          for name, conflict, figures in conflicts()]
     out.mkdir(parents=True, exist_ok=True)
     for path in [out / "realistic.json"] + ([results] if results is not None else []):
         path.write_text(json.dumps(doc, indent=1) + "\n")

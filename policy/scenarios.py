@@ -87,11 +87,10 @@ def _aborts() -> Scenario:
 def _starvation() -> Scenario:
     # Outputs long enough (32 tokens) that adapters 1 and 2 always have a
     # request running when the next one arrives, also on the live server,
-    # where one arrival tick spans several engine steps. S = 1: fair holds a
-    # victim's request with n outputs left once r* has waited S * n / 2 steps
-    # (its price), so with 32-token outputs the default S = 16 would hold
-    # nothing before this 40-step stream ends (fair = vllm here); S = 1 holds
-    # from r*'s 16th step on.
+    # where one arrival tick spans several engine steps. S = 1: the
+    # adapter-3 request is r* one step after it arrives, so the guard's
+    # drain shows within the 40-step stream (simulated: it waits 32 steps
+    # under fair, 70 under vllm; at the default S = 16 fair's wait is 47).
     cfg, wl = starvation_stream(length=40, prompt_tokens=8, max_tokens=32)
     cfg = Config(max_loras=2, max_num_seqs=64, max_num_batched_tokens=512, starvation_steps=1,
                  block_size=BS)

@@ -168,6 +168,12 @@ def test_live_trace_summary_replays_vllm_on_the_trace_arrivals(tmp_path) -> None
     summary = trace_summary(path)
     vllm = run(replace(cfg, policy="vllm"), Workload(reqs))
     assert summary["vllm_busy_steps"] == sum(1 for rec in vllm.records if rec.scheduled) < summary["busy_steps"]
+    from lora_sched.bench.popularity import tail_head_ratio
+
+    adapter_of = {r.id: r.adapter for r in reqs}
+    drained = run(replace(cfg, policy="drainer"), Workload(reqs))
+    assert summary["tail_head"] == tail_head_ratio(drained.waits(), adapter_of, cfg.max_loras)
+    assert summary["vllm_tail_head"] == tail_head_ratio(vllm.waits(), adapter_of, cfg.max_loras)
 
 
 def test_bench_modules_import_each_other_without_a_cycle() -> None:
@@ -255,6 +261,26 @@ def test_live_field_client_command_parses_with_vllms_own_parser(tmp_path) -> Non
         ("custom", str(tmp_path / "d.jsonl"), -1, 3)
     assert a.skip_chat_template and a.disable_shuffle and a.lora_assignment == "round-robin"
     assert a.lora_modules == models and a.request_rate == float("inf") and a.ignore_eos and a.save_result
+    paced = parser.parse_args(family_client_command(8123, "/m", tmp_path / "d.jsonl", models, result_dir=tmp_path,
+                                                    result_file="r.json", rate=16.0)[3:])
+    assert paced.request_rate == 16.0 and paced.burstiness == 1.0  # Poisson arrivals, vLLM's own client
+
+
+def test_live_field_realistic_workload() -> None:
+    """`--family realistic`: the realistic shape on the 8 adapters the assets
+    have, max_loras 2, sent at a Poisson rate; Zipf puts most LoRA traffic on
+    adapter 1, and the lengths are clipped to 256."""
+    from collections import Counter
+
+    from lora_sched.bench.live_field import REALISTIC, REALISTIC_RATE, workload
+
+    wl = workload(REALISTIC, starvation_steps=16, repeat=16)
+    assert wl.rate == REALISTIC_RATE and len(wl.requests) == 300  # --family-repeat does not apply
+    assert (wl.config.max_loras, wl.config.max_num_seqs, wl.config.max_num_batched_tokens) == (2, 32, 1024)
+    counts = Counter(r.adapter for r in wl.requests)
+    assert set(counts) <= set(range(9)) and counts[1] > counts[2] > counts[8]
+    assert 0.1 < counts[0] / 300 < 0.3
+    assert all(1 <= r.prompt_tokens <= 256 and 1 <= r.max_tokens <= 256 for r in wl.requests)
 
 
 def test_live_field_short_command_keeps_the_flags() -> None:

@@ -1,0 +1,56 @@
+"""`bench.tailhead`: the best tail/head of any schedule on a small instance.
+
+The search is checked on an instance solved by hand, against `vllm`'s own
+schedule (which must be one of its paths), and on the instances kept in
+`bench.tailhead.INSTANCES`, where it shows that issue 20's three realistic
+goals (tail/head <= 2 where vllm's exceeds 3, throughput >= 0.97, max wait
+<= vllm's) cannot all be met by any schedule.
+"""
+
+from __future__ import annotations
+
+import pytest
+from lora_sched.bench.tailhead import INSTANCES, best_tail_head, frontier, instance, popular
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
+
+
+def _by_hand() -> tuple[Config, list[Request]]:
+    """One slot, two seats: two 4-step requests of the head adapter 1 and a
+    1-step request of the tail adapter 2, all at step 1. vllm runs the head
+    pair first (steps 1-4) and the tail request at step 5: tail/head
+    (4 + 1) / (0 + 1) = 5. The tail request first (step 1), the pair at step 2
+    (to step 5) ends at the same step 5 with tail/head (0 + 1) / (1 + 1) = 0.5,
+    and nothing does better by step 5 (the pair must start by step 2)."""
+    cfg = Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=8)
+    return cfg, [Request("h0", 1, 1, 4, 1), Request("h1", 1, 1, 4, 1), Request("t0", 2, 1, 1, 1)]
+
+
+def test_best_tail_head_by_hand() -> None:
+    cfg, reqs = _by_hand()
+    assert best_tail_head(cfg, reqs, last_step=5, max_wait=None) == pytest.approx(0.5)
+    assert best_tail_head(cfg, reqs, last_step=5, max_wait=0) is None  # someone must wait a step
+    assert best_tail_head(cfg, reqs, last_step=4, max_wait=None) is None  # 4 + 1 steps on one slot
+    f = frontier(cfg, reqs, floors=(1.0,), policies=("fair",))
+    assert f.vllm.tail_head == pytest.approx(5.0) and f.vllm.last_step == 5
+    assert f.rows == [(1.0, True, pytest.approx(0.5)), (1.0, False, pytest.approx(0.5))]
+
+
+def test_popular_by_hand() -> None:
+    mk = lambda adapters: [Request(f"r{i}", a, 1, 1, 1) for i, a in enumerate(adapters)]  # noqa: E731
+    assert popular(mk([1, 1, 1, 2, 3]), 1)
+    assert not popular(mk([1, 2, 2, 3]), 1)  # adapter 2 sends more than adapter 1
+    assert not popular(mk([1, 2, 3, 4]), 1)  # the head sends a quarter
+
+
+@pytest.mark.parametrize("name", sorted(INSTANCES))
+def test_the_goals_conflict_on_the_kept_instances(name: str) -> None:
+    """vllm's tail/head exceeds 3, and no schedule with >= 0.97 of vllm's
+    throughput and max wait <= vllm's has tail/head <= 2 (`frontier` also
+    asserts that vllm's own schedule is in the search's tree)."""
+    cfg, reqs = instance(name)
+    assert popular(reqs, cfg.max_loras)
+    f = frontier(cfg, reqs, floors=(0.97,), policies=("fair",))
+    assert f.vllm.tail_head > 3
+    best = dict(((fl, capped), b) for fl, capped, b in f.rows)[(0.97, True)]
+    assert best is not None and best > 2.0

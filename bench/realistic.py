@@ -31,7 +31,9 @@ Measures (per policy, per workload; `measure`):
   adapters' (the `max_loras` most popular), each plus one step (a request
   admitted on its arrival step waited one step), so the ratio is defined at
   light load where the head waits 0;
-- per-adapter p99 wait, by popularity rank.
+- per-adapter p99 wait, by popularity rank;
+- for fair, its bound B (`policy.fair.observed_bound`: the run's peak Q and
+  Qw), reported as worst wait / B.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from pathlib import Path
 import numpy as np
 from lora_sched.bench.popularity import tail_head_ratio
 from lora_sched.bench.tailhead import report as conflicts
+from lora_sched.policy.fair import observed_bound
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
 
@@ -221,6 +224,7 @@ def measure(spec: Spec, point: tuple[str, int | None]) -> dict:
             "p50": float(np.percentile(v, 50)), "p99": float(np.percentile(v, 99)), "max": int(v.max()),
             "tail_head": tail_head(waits, adapter_of, spec),
             "adapter_p99": {str(a): float(np.percentile(ws, 99)) for a, ws in sorted(per.items())},
+            "bound": observed_bound(cfg, reqs, run.result.records) if policy == "fair" else None,
             "sim_s": run.sim_seconds}
 
 
@@ -320,6 +324,12 @@ def report(out: Path, *, large: bool = False, requests: int | None = None, plots
         for goal, met, figures in goals(rows, design=sel):
             print(f"  {goal} ... {'met' if met else 'NOT MET'}. ({figures})")
             doc["goals"][name].append({"goal": goal, "met": met, "figures": figures})
+    fair_rows = [r for r in rows if r["point"] == label(DEFAULT_FAIR)]
+    ratios = [r["max"] / r["bound"] for r in fair_rows]
+    doc["bound"] = {r["workload"]: {"bound": r["bound"], "max_wait": r["max"]} for r in fair_rows}
+    print(f"\nfair's bound B (observed peaks Q, Qw) at {label(DEFAULT_FAIR)}: worst wait / B "
+          f"{min(ratios):.4f} to {max(ratios):.4f}; within 4x (>= 0.25) on "
+          f"{sum(x >= 0.25 for x in ratios)} of {len(ratios)} workloads")
     print("\nwhere no rule can meet the goals together: the best schedule of a small instance "
           "(bench.tailhead, exhaustive search):")
 

@@ -28,11 +28,15 @@ two hook calls; every other statement is vLLM's, unchanged:
    `self._before_waiting_scan(scheduled_loras)` as its first statement
    (`scheduled_loras` is vLLM's own set, which its scan then grows).
 
-A policy's scan order (r* first for `fair`, a gate's `scan_order`) is
-applied by `ScanOrderQueue`, a `RequestQueue` around vLLM's own queue that
-yields the pinned requests before the others for one scan and, when the scan
-puts skipped requests back, restores the order they had (as the reference
-keeps it). No request field is written.
+A gate's scan order (`scan_order`) is applied by `ScanOrderQueue`, a
+`RequestQueue` around vLLM's own queue that yields the pinned requests
+before the others for one scan and, when the scan puts skipped requests
+back, restores the order they had (as the reference keeps it). A gate that
+indexes `waiting` itself and puts one request first (`fair`'s r*, through
+`Gate.front`) leaves vLLM's FCFS deque in place: r* is moved to its front
+for the scan and, if the scan leaves it waiting, moved back to where the
+reference keeps it (`_put_first`, `_put_back`), so the scan's peeks and
+pops are vLLM's own. No request field is written.
 
 If the installed vLLM is not a release `spec.releases` lists (0.32.x,
 0.33.x), or its `schedule()` does not have exactly one node of each shape,
@@ -58,6 +62,7 @@ import inspect
 import textwrap
 from collections import deque
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from typing import Any
 
 import vllm
@@ -323,6 +328,9 @@ def settings_from(vllm_config: Any) -> dict[str, int]:
 
 # ---- the policies ------------------------------------------------------------------
 
+_SKIP = Decision.SKIP.value  # what the hooked `if` reads as vLLM's own skip
+
+
 def _adapter(request: Request) -> int:
     lora = request.lora_request
     return lora.lora_int_id if lora is not None else 0
@@ -410,7 +418,13 @@ class GateMixin(HookedMixin):
         self._ctx: ScanContext | None = None
         self._candidate: Request | None = None  # let through by decide; admitted once it is running
         self._freed: list[str] = []  # freed since the last schedule() began
-        s.waiting = ScanOrderQueue(s.waiting)
+        self._star_front: tuple[Request, list[Request]] | None = None  # r* moved first, what was ahead of it
+        # `Gate.cap_closed` (fair): while not None, a request of an adapter (> 0)
+        # outside it is skipped without a call to `decide`, unless `front` put it first.
+        self._closed: set[int] | None = None
+        self._first: set[str] = set()
+        if not self._indexed:
+            s.waiting = ScanOrderQueue(s.waiting)
 
     # ---- the mirror ------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -431,7 +445,8 @@ class GateMixin(HookedMixin):
         rs = self.mirror.reqs[request.request_id]
         rs.waiting_since, rs.status = s.current_step, "waiting"
         rs.preemptions += 1
-        self._resumed.add(request.request_id)
+        if self._indexed:  # `_sync_running` syncs it until it runs again
+            self._resumed.add(request.request_id)
         self.gate.enqueued(self.mirror, request.request_id)
 
     def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
@@ -503,24 +518,90 @@ class GateMixin(HookedMixin):
             rs.first_admitted = self.mirror.step
         self.mirror.running.append(rid)
         self.gate.admitted(self._ctx, rid)
+        self._refresh_closed()
+
+    def _refresh_closed(self) -> None:
+        closed: Any = getattr(self.gate, "cap_closed", None)
+        self._closed = None if closed is None or self._ctx is None else closed(self._ctx)
 
     # ---- the hooks ---------------------------------------------------------------
     def _before_waiting_scan(self, scheduled_loras: set[int]) -> None:
         s: Any = self
         self._sync()
         self._ctx = ScanContext(self.mirror, s.current_step, scheduled_loras)
-        if self._indexed:  # the gate indexes `waiting`: pin only what it puts first
+        if self._indexed:  # the gate indexes `waiting`: only what it puts first moves
             front: Any = self.gate
-            s.waiting.pin(s.requests[rid] for rid in front.front(self._ctx) if rid in s.requests)
+            first = [s.requests[rid] for rid in front.front(self._ctx) if rid in s.requests]
+            self._first = {r.request_id for r in first}
+            if first:
+                self._put_first(first[0])
+            self._refresh_closed()
             return
         order = self.gate.scan_order(self._ctx, list(self.mirror.waiting))
         queued = {r.request_id: r for r in s.waiting}
         s.waiting.pin(queued[rid] for rid in order if rid in queued)
 
+    def _put_first(self, request: Request) -> None:
+        """`request` (r*) first in this scan. In vLLM's FCFS deque it moves to
+        the front, and the requests ahead of it are kept for `_put_back`
+        (O(its place), and r*, the oldest starving request, sits near the
+        front); in a priority heap a `ScanOrderQueue` yields it first for
+        this scan. Not in `waiting` (in `kv_holding_waiting`, which vLLM
+        drains first): nothing moves."""
+        s: Any = self
+        queue = s.waiting
+        if isinstance(queue, deque):
+            try:
+                place = queue.index(request)
+            except ValueError:
+                return
+            ahead = list(islice(queue, place))
+            del queue[place]
+            queue.appendleft(request)
+            self._star_front = (request, ahead)
+        elif request in queue:
+            pinned = ScanOrderQueue(queue)
+            pinned.pin([request])
+            s.waiting = pinned
+
+    def _put_back(self) -> None:
+        """After the scan: r*, if it is still waiting (skipped, or a stop at it),
+        goes back to its place before the scan less the requests ahead of it
+        that the scan took out. vLLM puts the skipped requests back at the
+        front in visit order, and the scan visits r* first and then the
+        queue from its front, so those still waiting of the ones ahead of r*
+        are the run of them right behind r*: that run's length is its place."""
+        s: Any = self
+        if isinstance(s.waiting, ScanOrderQueue) and self._indexed:
+            s.waiting = s.waiting.inner  # the priority heap's pin, for one scan
+        moved, self._star_front = self._star_front, None
+        if moved is None:
+            return
+        star, ahead = moved
+        queue = s.waiting
+        if not queue or queue[0] is not star:
+            return  # admitted
+        ids = {id(r) for r in ahead}
+        place = 0
+        for r in islice(queue, 1, None):
+            if id(r) not in ids:
+                break
+            place += 1
+        if place:
+            del queue[0]
+            queue.insert(place, star)
+
     def _lora_gate(self, request: Request, scheduled_loras: set[int]) -> str:
-        self._flush_admitted()
+        closed = self._closed
+        if closed is not None and self._candidate is None:  # the cap is full: `Gate.cap_closed`
+            lora = request.lora_request
+            if lora is not None and lora.lora_int_id > 0 and lora.lora_int_id not in closed \
+                    and request.request_id not in self._first:
+                return _SKIP
+        if self._candidate is not None:
+            self._flush_admitted()
         assert self._ctx is not None and self._ctx.scheduled_loras is scheduled_loras
-        if self._indexed and request.request_id in self._resumed:
+        if self._resumed and request.request_id in self._resumed:  # (indexed gates only: `_preempt_request`)
             self._sync_one(request)  # a request that never ran has nothing to sync
         decision, _why = self.gate.decide(self._ctx, request.request_id)
         if decision is Decision.ADMIT:
@@ -530,12 +611,16 @@ class GateMixin(HookedMixin):
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         s: Any = self
         freed, self._freed = self._freed, []
-        self._ctx = None
+        self._ctx, self._closed, self._first = None, None, set()
         try:
             out = super().schedule(*args, **kwargs)  # type: ignore[misc]
         finally:
-            s.waiting.unpin()
+            if self._indexed:
+                self._put_back()
+            else:
+                s.waiting.unpin()
         self._flush_admitted()
+        self._closed, self._first = None, set()
         self._sync()
         batch = {_adapter(s.requests[rid]) for rid in out.num_scheduled_tokens} - {0}
         ctx = self._ctx if self._ctx is not None else ScanContext(self.mirror, s.current_step, set(batch))

@@ -338,19 +338,33 @@ class FairGate(GateBase):
         star = self._guard(ctx.state).begin_scan(ctx.step, lambda r: reqs[r].stale > 0)
         return [] if star is None else [star]
 
+    def cap_closed(self, ctx: ScanContext) -> set[int] | None:
+        """The adapters a request must be of to get past `decide` for the rest
+        of this scan, or None while that is not so: once the cap is full
+        (`max_loras` adapters run or were admitted), `decide` skips every
+        request of another adapter (> 0) other than r*, whose visit picks the
+        victim (a held request of another adapter is skipped as well: the
+        hold and the cap give the same answer, and the set only grows as the
+        scan admits, so a later request of that adapter is skipped too).
+        vLLM's driver skips those requests without asking (`GateMixin`)."""
+        return self._active if len(self._active) >= ctx.state.config.max_loras else None
+
     def scan_order(self, ctx: ScanContext, queue: list[str]) -> list[str]:
         first = self.front(ctx)
         return first + [r for r in queue if r not in first]
 
     def decide(self, ctx: ScanContext, rid: str) -> tuple[Decision, str | None]:
-        guard, st = self._guard(ctx.state), ctx.state
-        if rid == guard.star:
-            guard.visit_star(slot_outputs_left((st.adapter(r), st.reqs[r].req.max_tokens - st.reqs[r].generated)
-                                               for r in st.running))
+        st = ctx.state
+        guard = self.guard if self.guard is not None else self._guard(st)
         rs = st.reqs[rid]
-        if guard.holds(rid, rs.req.adapter, rs.req.max_tokens - rs.generated):
-            return Decision.SKIP, "fair_guard"
-        if cap_blocks(self._active, rs.req.adapter, st.config.max_loras):
+        adapter = rs.req.adapter
+        if guard.star is not None:  # with no r*, nothing is held (`FairGuard.holds`)
+            if rid == guard.star:
+                guard.visit_star(slot_outputs_left((st.adapter(r), st.reqs[r].req.max_tokens - st.reqs[r].generated)
+                                                   for r in st.running))
+            if guard.holds(rid, adapter, rs.req.max_tokens - rs.generated):
+                return Decision.SKIP, "fair_guard"
+        if cap_blocks(self._active, adapter, st.config.max_loras):
             return Decision.SKIP, "lora_cap"
         return Decision.ADMIT, None
 

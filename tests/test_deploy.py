@@ -15,6 +15,8 @@ import importlib
 import inspect
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own scheduler
 
@@ -141,3 +143,53 @@ def test_fair_forgets_every_request_it_served():
     guard = sched.gate.guard
     assert sched.mirror.reqs == {} and guard._waiting == {} and guard.backlog == {}
     assert not any(guard._heaps.values()), guard._heaps
+
+
+# ---- r* first in vLLM's own FCFS deque: `GateMixin._put_first` / `_put_back` ---------------
+
+def _scan_like_vllm(sched, outcomes: list[str]) -> list[str]:
+    """Run one waiting scan over `sched.waiting` as vLLM 0.32 / 0.33 do: peek
+    the head; skip (pop it, `appendleft` to the step's skipped deque), admit
+    (pop it) or stop; then `prepend_requests` the skipped ones (`extendleft`,
+    so they come back in visit order). Returns the admitted ids."""
+    from collections import deque
+
+    skipped: deque = deque()
+    admitted = []
+    for what in outcomes:
+        if not sched.waiting:
+            break
+        head = sched.waiting[0]
+        if what == "stop":
+            break
+        sched.waiting.popleft()
+        if what == "skip":
+            skipped.appendleft(head)
+        else:
+            admitted.append(head)
+    sched.waiting.extendleft(skipped)
+    return admitted
+
+
+@given(n=st.integers(1, 12), data=st.data())
+@settings(max_examples=300, deadline=None)
+def test_star_first_keeps_the_queue_order(n: int, data: st.DataObject) -> None:
+    """Whatever the scan does after r* was moved to the front of vLLM's FCFS
+    deque (admit it, skip it, stop at it; admit or skip the requests ahead
+    of and behind it), the queue afterwards is the queue before the scan less
+    the admitted requests, in the same order: the order the reference keeps."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from lora_sched.scheduler import GateMixin
+
+    queue = [f"q{i}" for i in range(n)]
+    star = data.draw(st.sampled_from(queue))
+    outcomes = data.draw(st.lists(st.sampled_from(["skip", "admit", "stop"]), max_size=n + 1))
+    sched = SimpleNamespace(waiting=deque(queue), _indexed=True, _star_front=None)
+    GateMixin._put_first(sched, star)
+    assert sched.waiting[0] == star
+    admitted = _scan_like_vllm(sched, outcomes)
+    GateMixin._put_back(sched)
+    assert list(sched.waiting) == [r for r in queue if r not in admitted]
+    assert sched._star_front is None

@@ -101,7 +101,9 @@ def test_the_table_lists_every_class_and_flags_none_silently(quick: tuple[dict[s
             assert short in head, short
     rows = lines[2:2 + len(report["cells"])]
     for row, cell in zip(rows, report["cells"], strict=True):
-        assert row.count("*") == len(cell["over"]), (row, cell["over"])
+        assert row.count("*") == len(cell["over"]) + len(cell["over_cpu"]), (row, cell["over"], cell["over_cpu"])
+        for c in cell["classes"].values():
+            assert c["cpu_ms_per_step"] > 0 and c["cpu_ms_per_step"] <= c["ms_per_step"] * 1.5  # a thread's CPU time
     assert "over 1.2x" in lines[2 + len(report["cells"])]
 
 

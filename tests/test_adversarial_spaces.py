@@ -155,3 +155,19 @@ def test_vllm_runs_the_space_families_and_random_instances(tmp_path):
             out = conform(replace(cfg, policy=policy), Workload(list(reqs)), tmp_path / "t.jsonl", policy=policy)
             assert out.replay.ok, f"{cfg}\n{out.replay.describe()}"
             assert out.replay.matched > 0
+
+
+def test_goals_cli_prints_both_sets(tmp_path, capsys):
+    """`bench --adversarial --goals`: the coded families and those of the
+    directory, split into design (found against v1-v5) and held out, each row
+    with its verdict."""
+    from lora_sched.bench.families import coded_families
+
+    for name in ("adv-fairv7-kv-throughput.json", "adv-fairv5-wait.json"):
+        (tmp_path / name).write_text((FAMILY_DIR / name).read_text())
+    assert cli_main(["bench", "--adversarial", "--goals", "--families-dir", str(tmp_path),
+                     "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "Design set: 1 of 1 ok." in out
+    assert f"of {len(coded_families()) + 1} ok." in out.split("Held-out set: ")[1].splitlines()[0]
+    assert "adv-fairv7-kv-throughput" in out.split("Held-out set: ")[1]

@@ -26,6 +26,33 @@ assumptions of fair's bound),
 Restarts begin at a random workload and at the issue's known family. The best
 workload of each (policy, objective) is saved under `bench/families/` as a
 named family, for the frontier (`bench.frontier`) and the tests.
+
+That is the `base` space. `space` (`bench --adversarial --space`) widens it
+along one configuration axis the model has, every instance still one vLLM
+accepts (`accepts`) and the reference runs; `base` draws and mutates
+exactly as before:
+
+- `kv`: a finite KV pool, `block_size` 4, 8 or 16 and `kv_blocks` from one
+  block more than the longest request needs (the floor vLLM's in-process
+  harness and the fuzz space take) to what half the seats hold at that
+  length (`kv_range`), so that full seats can run the pool out and
+  preemption can happen; every draw and mutation is clamped to that range;
+- `async`: async scheduling (vLLM's default on GPU);
+- `throttle`: `prefill_schedule_interval` 2-4, the prefill cadence. On the
+  release the bench simulates by default (`bench --vllm`, the newest: 0.33)
+  the scheduler keeps the cadence itself (an engine without DP
+  coordination); on 0.32 it is the DP engine core's `throttle_prefills`
+  (`spec.releases`, `prefill_cadence`);
+- `priority`: the priority queue, request priorities 0-2, mutated too (fair's
+  bound assumes one priority; the wait goal is still judged).
+
+A family found in one of these spaces names the release it was found under
+in its config (`vllm`), so it measures the same with or without `--vllm`.
+`goal_rows` / `print_goals` (`bench --adversarial --goals`) judge fair on
+every family against issue 20's goal: throughput >= 0.8 of vllm (cost-model
+seconds) and worst wait <= 1.25x vllm's + S, split into the design set (the
+families found against rules v1-v5 and their prototypes) and the rest,
+held out.
 """
 
 from __future__ import annotations
@@ -38,15 +65,21 @@ from pathlib import Path
 
 from lora_sched.bench.families import FAMILY_DIR, known_family, save, to_json
 from lora_sched.bench.simulate import progress
+from lora_sched.policy import driver
 from lora_sched.policy.driver import RunResult, Workload, run
 from lora_sched.policy.fair import observed_bound
+from lora_sched.spec import releases
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
+from lora_sched.spec.state import blocks_for
 
 SEARCH_POLICIES = ("fair", "drainer", "timeslice", "vtc")
 BOUND_POLICIES = ("fair",)
 LIMITS = {"max_loras": (1, 4), "max_num_seqs": (1, 32), "max_num_batched_tokens": (4, 256),
           "n": (2, 48), "adapters": (0, 6), "prompt": (1, 32), "output": (1, 32), "arrival": (1, 40)}
+SPACES = ("base", "kv", "async", "throttle", "priority")
+SPACE_LIMITS = {"block_size": (4, 8, 16), "kv_blocks": (2, 128), "prefill_schedule_interval": (2, 4),
+                "priority": (0, 2)}
 
 
 @dataclass(frozen=True)
@@ -98,7 +131,88 @@ def vllm_runs(cfg: Config) -> Config:
     return replace(cfg, max_num_batched_tokens=max(cfg.max_num_batched_tokens, cfg.max_num_seqs))
 
 
-def random_instance(rng: random.Random) -> Instance:
+def kv_need(cfg: Config, reqs: tuple[Request, ...] | list[Request]) -> int:
+    """The smallest pool vLLM runs the requests with: one block more than the
+    longest request's whole sequence needs (`fuzz.space.valid`'s rule)."""
+    return max(blocks_for(r.prompt_tokens + r.max_tokens, cfg.block_size) for r in reqs) + 1
+
+
+def kv_range(cfg: Config, reqs: tuple[Request, ...] | list[Request]) -> tuple[int, int]:
+    """The `kv` space's pools for a config and requests: from `kv_need` to the
+    blocks half the seats fill with the longest request (at least the floor;
+    within `SPACE_LIMITS`), so that a pool never outgrows what the seats
+    could run out (a pool that cannot run out is the `base` space)."""
+    need = kv_need(cfg, reqs)
+    lo, hi = SPACE_LIMITS["kv_blocks"]
+    return max(lo, need), max(lo, need, min(hi, cfg.max_num_seqs * (need - 1) // 2))
+
+
+def accepts(inst: Instance) -> bool:
+    """Does vLLM accept the instance (and the reference run it)? Budget >= seats
+    (`vllm_runs`), every request within the KV pool with a block to spare."""
+    cfg = inst.config
+    return (cfg.max_num_batched_tokens >= cfg.max_num_seqs
+            and (cfg.kv_blocks is None or cfg.kv_blocks >= kv_need(cfg, inst.requests)))
+
+
+def space_of(cfg: Config) -> str:
+    """The space a config belongs to (the first axis off `base`'s value)."""
+    if cfg.kv_blocks is not None:
+        return "kv"
+    if cfg.async_scheduling:
+        return "async"
+    if cfg.prefill_schedule_interval > 1:
+        return "throttle"
+    if cfg.queue == "priority":
+        return "priority"
+    return "base"
+
+
+def _release() -> str:
+    """The release the runs follow: `bench --vllm`'s override, else the newest
+    (what `bench` and `simulate` simulate by default)."""
+    return driver._RELEASE or releases.NEWEST
+
+
+def into_space(inst: Instance, space: str) -> Instance:
+    """The nearest instance of `space` that vLLM accepts (the search's repair
+    after every draw and mutation): the space's axis set, the pool clamped to
+    `kv_range`, the release the runs follow recorded."""
+    if space == "base":
+        return Instance(vllm_runs(inst.config), inst.requests)
+    if space not in SPACES:
+        raise ValueError(f"unknown search space {space!r} (one of {', '.join(SPACES)})")
+    cfg = replace(vllm_runs(inst.config), vllm=_release())
+    reqs = inst.requests
+    if space == "kv":
+        lo, hi = kv_range(cfg, reqs)
+        cfg = replace(cfg, kv_blocks=max(lo, min(hi, cfg.kv_blocks if cfg.kv_blocks is not None else hi)))
+    elif space == "async":
+        cfg = replace(cfg, async_scheduling=True)
+    elif space == "throttle":
+        lo, hi = SPACE_LIMITS["prefill_schedule_interval"]
+        cfg = replace(cfg, prefill_schedule_interval=max(lo, min(hi, cfg.prefill_schedule_interval)))
+    else:
+        cfg = replace(cfg, queue="priority")
+        lo, hi = SPACE_LIMITS["priority"]
+        reqs = tuple(replace(r, priority=max(lo, min(hi, r.priority))) for r in reqs)
+    return Instance(cfg, reqs)
+
+
+def draw_space(inst: Instance, space: str, rng: random.Random) -> Instance:
+    """`inst` moved into `space` with the space's own fields drawn at random."""
+    cfg, reqs = inst.config, inst.requests
+    if space == "kv":
+        cfg = replace(cfg, block_size=rng.choice(SPACE_LIMITS["block_size"]))
+        cfg = replace(cfg, kv_blocks=rng.randint(*kv_range(cfg, reqs)))
+    elif space == "throttle":
+        cfg = replace(cfg, prefill_schedule_interval=rng.randint(*SPACE_LIMITS["prefill_schedule_interval"]))
+    elif space == "priority":
+        reqs = tuple(replace(r, priority=rng.randint(*SPACE_LIMITS["priority"])) for r in reqs)
+    return into_space(Instance(cfg, reqs), space)
+
+
+def random_instance(rng: random.Random, space: str = "base") -> Instance:
     adapters = rng.randint(1, LIMITS["adapters"][1])
     cfg = vllm_runs(Config(max_loras=rng.randint(*LIMITS["max_loras"]),
                            max_num_seqs=rng.randint(*LIMITS["max_num_seqs"]),
@@ -106,12 +220,18 @@ def random_instance(rng: random.Random) -> Instance:
     n = rng.randint(8, LIMITS["n"][1])
     reqs = tuple(Request(f"r{i}", rng.randint(0, adapters), rng.randint(*LIMITS["prompt"]),
                          rng.randint(*LIMITS["output"]), rng.randint(1, 10)) for i in range(n))
+    if space != "base":
+        return draw_space(Instance(cfg, reqs), space, rng)
     return Instance(cfg, reqs)
 
 
-def known_instance() -> Instance:
+def known_instance(space: str = "base", rng: random.Random | None = None) -> Instance:
+    """The issue's known family; in another space, moved into it (its fields drawn with `rng`)."""
     cfg, reqs = known_family()
-    return Instance(cfg, tuple(reqs))
+    inst = Instance(cfg, tuple(reqs))
+    if space != "base":
+        return draw_space(inst, space, rng if rng is not None else random.Random(space))
+    return inst
 
 
 @contextmanager
@@ -131,8 +251,38 @@ def widened(max_requests: int | None = None, max_arrival: int | None = None) -> 
         LIMITS.update(saved)
 
 
-def mutate(inst: Instance, rng: random.Random) -> Instance:
-    """One small change: a config field, or one request's field, or add / drop a request."""
+def mutate_space(inst: Instance, rng: random.Random, space: str) -> Instance | None:
+    """One small change to the space's own fields (None where it has none: `async`)."""
+    cfg, reqs = inst.config, list(inst.requests)
+    if space == "kv":
+        if rng.random() < 0.25:
+            cfg = replace(cfg, block_size=rng.choice(SPACE_LIMITS["block_size"]))
+        else:
+            v = cfg.kv_blocks if cfg.kv_blocks is not None else kv_need(cfg, reqs)
+            nv = v * 2 if rng.random() < 0.15 else v // 2 if rng.random() < 0.2 else v + rng.choice([-2, -1, 1, 2])
+            cfg = replace(cfg, kv_blocks=max(1, nv))  # clamped to `kv_range` by `into_space`
+    elif space == "throttle":
+        lo, hi = SPACE_LIMITS["prefill_schedule_interval"]
+        cfg = replace(cfg, prefill_schedule_interval=max(lo, min(hi, cfg.prefill_schedule_interval
+                                                                  + rng.choice([-1, 1]))))
+    elif space == "priority":
+        i = rng.randrange(len(reqs))
+        reqs[i] = replace(reqs[i], priority=rng.randint(*SPACE_LIMITS["priority"]))
+    else:
+        return None
+    return into_space(Instance(cfg, tuple(reqs)), space)
+
+
+def mutate(inst: Instance, rng: random.Random, space: str = "base") -> Instance:
+    """One small change: a config field, or one request's field, or add / drop a
+    request; outside `base`, sometimes the space's own field (`mutate_space`),
+    and the result is repaired into the space (`into_space`)."""
+    if space != "base":
+        if rng.random() < 0.15:
+            moved = mutate_space(inst, rng, space)
+            if moved is not None:
+                return moved
+        return into_space(mutate(inst, rng), space)
     cfg, reqs = inst.config, list(inst.requests)
     kind = rng.random()
     if kind < 0.2:
@@ -166,39 +316,59 @@ def mutate(inst: Instance, rng: random.Random) -> Instance:
 
 
 def climb(policy: str, objective: str, start: Instance, rng: random.Random,
-          iters: int) -> tuple[Instance, Evaluation]:
+          iters: int, space: str = "base") -> tuple[Instance, Evaluation]:
     best, best_ev = start, evaluate(start, policy)
     for _ in range(iters):
-        cand = mutate(best, rng)
+        cand = mutate(best, rng, space)
         ev = evaluate(cand, policy)
         if ev.score(objective) >= best_ev.score(objective):
             best, best_ev = cand, ev
     return best, best_ev
 
 
+def family_name(policy: str, objective: str, *, space: str = "base", found_against: str | None = None,
+                suffix: str = "") -> str:
+    """`adv-POLICY-OBJECTIVE[-SUFFIX]` in the base space (today's names);
+    outside it `adv-TAG-SPACE-OBJECTIVE[-SUFFIX]`, TAG the rule searched
+    against without spaces (`fair v7` -> `fairv7`), else the policy."""
+    tag = found_against.replace(" ", "") if found_against else policy
+    if space == "base" and found_against is None:
+        return f"adv-{policy}-{objective}" + (f"-{suffix}" if suffix else "")
+    return f"adv-{tag}" + ("" if space == "base" else f"-{space}") + f"-{objective}" + (f"-{suffix}" if suffix else "")
+
+
 def search(policies: tuple[str, ...] = SEARCH_POLICIES, *, iters: int = 250, restarts: int = 2,
            seed: int | str = 0, out_dir: Path = FAMILY_DIR, objectives: tuple[str, ...] | None = None,
-           suffix: str = "") -> list[dict]:
-    """Hill-climb each (policy, objective); save the worst workload of each as a
-    family `adv-POLICY-OBJECTIVE[-SUFFIX]` (objectives: all that apply by default)."""
+           suffix: str = "", space: str = "base", found_against: str | None = None) -> list[dict]:
+    """Hill-climb each (policy, objective) in `space`; save the worst workload of
+    each as a family (`family_name`; objectives: all that apply by default).
+    `found_against` (e.g. "fair v7") records the rule the family was found
+    against, so that `reevaluate` measures it again after a change of rule."""
+    if space not in SPACES:
+        raise ValueError(f"unknown search space {space!r} (one of {', '.join(SPACES)})")
     rows = []
     for policy in policies:
         applies = ["throughput", "wait"] + (["bound"] if policy in BOUND_POLICIES else [])
         for objective in [o for o in applies if objectives is None or o in objectives]:
-            rng = random.Random(f"{seed}-{policy}-{objective}")
+            rng = random.Random(f"{seed}-{policy}-{objective}" + ("" if space == "base" else f"-{space}"))
             found: tuple[Instance, Evaluation] | None = None
             for k in range(restarts):
-                start = known_instance() if k == 0 else random_instance(rng)
-                inst, ev = climb(policy, objective, start, rng, iters)
+                start = known_instance(space, rng) if k == 0 else random_instance(rng, space)
+                inst, ev = climb(policy, objective, start, rng, iters, space)
                 if found is None or ev.score(objective) > found[1].score(objective):
                     found = (inst, ev)
             assert found is not None
             inst, ev = found
-            name = f"adv-{policy}-{objective}" + (f"-{suffix}" if suffix else "")
+            name = family_name(policy, objective, space=space, found_against=found_against, suffix=suffix)
             found_by = {"policy": policy, "objective": objective, "iters": iters, "restarts": restarts,
                         "seed": seed, "ratio_steps": ev.ratio, "wait": ev.wait, "vllm_wait": ev.vllm_wait,
                         "bound": ev.bound}
-            desc = (f"hill climbing, worst {objective} for {policy}: {ev.ratio:.3f} of vllm's throughput "
+            if space != "base":
+                found_by.update(space=space, vllm=inst.config.vllm)
+            if found_against is not None:
+                found_by["found_against"] = found_against
+            where = "" if space == "base" else f" in the {space} space (vLLM {inst.config.vllm})"
+            desc = (f"hill climbing{where}, worst {objective} for {policy}: {ev.ratio:.3f} of vllm's throughput "
                     f"(steps), worst wait {ev.wait} (vllm {ev.vllm_wait}), B {ev.bound}")
             save(out_dir / f"{name}.json", to_json(name, inst.config, list(inst.requests),
                                                    description=desc, found_by=found_by))
@@ -227,6 +397,8 @@ def reevaluate(path: Path) -> dict:
     ev = evaluate(Instance(cfg, tuple(reqs)), fb["policy"])
     fb.update(ratio_steps=ev.ratio, wait=ev.wait, vllm_wait=ev.vllm_wait, bound=ev.bound)
     how = fb.get("method") or f"hill climbing ({fb['iters']} x {fb['restarts']})"  # annealed, by hand, ...
+    if fb.get("space", "base") != "base":
+        how += f" in the {fb['space']} space"
     raw["description"] = (f"{how}, worst {fb['objective']}, found "
                           f"against {fb['found_against']}; under {fb['policy']}: {ev.ratio:.3f} of vllm's "
                           f"throughput (steps), worst wait {ev.wait} (vllm {ev.vllm_wait}), B {ev.bound}")
@@ -243,3 +415,60 @@ def print_rows(rows: list[dict]) -> None:
         print(f"{r['family']:32}{r['ratio_steps']:>8.3f}{r['wait']:>7}{r['vllm_wait']:>10}"
               f"{r['wait'] / r['bound']:>8.3f}{r['requests']:>6}{r['max_loras']:>10}{r['max_num_seqs']:>6}"
               f"{r['max_num_batched_tokens']:>8}")
+
+
+# The rules whose families fair v7 was not designed on: a family found against
+# one of them (or by no rule: the field's, the coded ones) is held out.
+HELD_OUT_RULES = ("fair v6", "fair v7")
+GOAL_RATIO = 0.8  # issue 20: throughput >= 0.8 of vllm (cost-model seconds) ...
+GOAL_WAIT = 1.25  # ... and worst wait <= 1.25x vllm's + S
+
+
+def in_design_set(found_by: dict) -> bool:
+    """Found against a rule fair v7 was designed on (v1-v5 and their prototypes)."""
+    fa = found_by.get("found_against")
+    return fa is not None and fa not in HELD_OUT_RULES
+
+
+def goal_rows(directory: Path = FAMILY_DIR, *, field: tuple[str, ...] = ("drainer", "timeslice"),
+              coded: bool = True) -> list[dict]:
+    """fair at S = 16 on every family (`bench.families.all_families`; without
+    the coded ones when `coded` is false) against issue 20's goal, with vllm's
+    figures and the field's (`field`, at their default knob): the table of
+    docs/bench.md's adversarial section."""
+    from lora_sched.bench.families import coded_families, load
+    from lora_sched.bench.frontier import DEFAULT_KNOB, points
+
+    fams: list[tuple[str, Config, list[Request], bool]] = [
+        (name, cfg, reqs, False) for name, (cfg, reqs) in (coded_families().items() if coded else ())]
+    for path in sorted(directory.glob("*.json")):
+        name, cfg, reqs, raw = load(path)
+        fams.append((name, cfg, reqs, in_design_set(raw.get("found_by", {}))))
+    rows = []
+    for name, cfg, reqs, design in fams:
+        progress(f"goals: {name} ({len(reqs)} requests)")
+        pts = {p["policy"]: p for p in points(cfg, reqs, policies=("vllm", "fair", *field), knobs=(DEFAULT_KNOB,))}
+        f, v = pts["fair"], pts["vllm"]
+        ratio_ok = f["ratio"] >= GOAL_RATIO
+        wait_ok = f["wait"] <= GOAL_WAIT * v["wait"] + DEFAULT_KNOB
+        rows.append({"family": name, "design": design, "space": space_of(cfg), "vllm_release": cfg.vllm,
+                     "ratio": f["ratio"], "ratio_steps": f["ratio_steps"], "wait": f["wait"],
+                     "vllm_wait": v["wait"], "ok": ratio_ok and wait_ok, "ratio_ok": ratio_ok, "wait_ok": wait_ok,
+                     "field": {p: {"ratio": pts[p]["ratio"], "wait": pts[p]["wait"]} for p in field}})
+    return rows
+
+
+def print_goals(rows: list[dict]) -> None:
+    print(f"== fair at S = 16 against issue 20's goal: ratio (cost-model seconds) >= {GOAL_RATIO} of vllm and "
+          f"worst wait <= {GOAL_WAIT}x vllm's + S ==")
+    for label, design in (("Design", True), ("Held-out", False)):
+        sel = [r for r in rows if r["design"] is design]
+        print(f"\n{label} set: {sum(r['ok'] for r in sel)} of {len(sel)} ok.")
+        for r in sel:
+            verdict = "ok" if r["ok"] else "MISS " + ("both" if not (r["ratio_ok"] or r["wait_ok"])
+                                                      else "ratio" if not r["ratio_ok"] else "wait")
+            extra = "".join(f"  {p} {c['ratio']:.3f}/{c['wait']}" for p, c in r["field"].items())
+            print(f"{r['family']:45s} fair ratio {r['ratio']:.3f} steps {r['ratio_steps']:.3f} wait "
+                  f"{r['wait']:5d} vllm wait {r['vllm_wait']:5d} {verdict:10s}{extra}")
+    print("\n(MISS ratio / wait / both: which half of the goal fails; field cells: ratio / worst wait at "
+          "their default knob)")

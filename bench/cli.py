@@ -85,6 +85,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     adv.add_argument("--reevaluate", action="store_true",
                      help="--adversarial: instead of searching, measure again the families kept from earlier "
                           "rules (found_by.found_against) under the current policies")
+    adv.add_argument("--space", choices=("base", "kv", "async", "throttle", "priority"), default="base",
+                     help="--adversarial: the search space (bench.adversarial.SPACES): base = synchronous, FCFS, "
+                          "unlimited KV, no throttle (default); kv = finite KV pools; async = async scheduling; "
+                          "throttle = prefill_schedule_interval 2-4; priority = the priority queue, priorities 0-2")
+    adv.add_argument("--found-against", default=None, metavar="RULE",
+                     help="--adversarial: record the rule searched against (e.g. 'fair v7') in found_by and name "
+                          "families adv-RULE-[SPACE-]OBJECTIVE (spaces removed from RULE)")
+    adv.add_argument("--goals", action="store_true",
+                     help="--adversarial: instead of searching, judge fair at S = 16 on every family against "
+                          "issue 20's goal (ratio >= 0.8, wait <= 1.25x vllm's + S), design and held-out sets")
     live = parser.add_argument_group("live mode (--live)")
     live.add_argument("--live-prompts", type=int, default=None,
                       help=f"requests per policy on the seed shape (--num-prompts; default {LIVE_PROMPTS}, "
@@ -286,7 +296,16 @@ def main_search(args: argparse.Namespace, out: Path) -> int:
             print(f"error: --search-policies / --objectives: unknown {', '.join(unknown)}")
             return 2
         seed: int | str = int(args.seed) if args.seed.isdigit() else args.seed
-        if args.reevaluate:
+        if args.goals:
+            from lora_sched.bench.adversarial import goal_rows, print_goals
+            try:
+                goals = goal_rows(fam_dir)
+            except FamilyError as exc:
+                print(f"error: {exc}")
+                return 2
+            report["goals"] = goals
+            print_goals(goals)
+        elif args.reevaluate:
             from lora_sched.bench.adversarial import reevaluate
             rows = [reevaluate(p) for p in sorted(fam_dir.glob("adv-*.json"))
                     if "found_against" in json.loads(p.read_text()).get("found_by", {})]
@@ -294,9 +313,11 @@ def main_search(args: argparse.Namespace, out: Path) -> int:
             from lora_sched.bench.adversarial import widened
             with widened(args.max_requests, args.max_arrival):
                 rows = search(pols, iters=args.iters, restarts=args.restarts, seed=seed, out_dir=fam_dir,
-                              objectives=objs, suffix=args.suffix)
-        report["adversarial"] = rows
-        print_rows(rows)
+                              objectives=objs, suffix=args.suffix, space=args.space,
+                              found_against=args.found_against)
+        if not args.goals:
+            report["adversarial"] = rows
+            print_rows(rows)
     if args.frontier:
         try:
             fams = all_families(fam_dir)

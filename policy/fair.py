@@ -12,15 +12,16 @@ vLLM's `assert len(scheduled_loras) <= max_loras` cannot fire.
 
 *Guard*, three mechanisms:
 
-1. **The oldest starving request goes first.** When a waiting scan starts,
-   r* is the oldest waiting request that has waited at least S steps (since
-   it arrived or was last preempted) and has no async output in flight:
-   smallest (priority, under the priority queue), then the step it joined
-   `waiting`, then arrival order. Any request can be r*: base-model, of an
-   active adapter, of an inactive one. r* stays r* until it is admitted.
-   The scan visits r* first; if capacity stops it (seats, budget, KV for
-   its whole sequence, no chunking, the throttle), the scan stops there, as
-   vLLM's own stops do.
+1. **The oldest starving request goes first, one every S steps.** When a
+   waiting scan starts, r* is the oldest waiting request that has waited at
+   least S steps (since it arrived or was last preempted) and has no async
+   output in flight: smallest (priority, under the priority queue), then
+   the step it joined `waiting`, then arrival order. Any request can be r*:
+   base-model, of an active adapter, of an inactive one. r* stays r* until
+   it is admitted; then no new r* is chosen for S steps (guards are S
+   apart). The scan visits r* first; if capacity stops it (seats, budget,
+   KV for its whole sequence, no chunking, the throttle), the scan stops
+   there, as vLLM's own stops do.
 2. **One victim drains.** If the cap blocks r* and no victim holds a slot,
    the adapter holding a slot whose longest-running request has the fewest
    outputs left becomes the victim (then fewest waiting requests, then
@@ -35,16 +36,24 @@ vLLM's `assert len(scheduled_loras) <= max_loras` cannot fire.
 
 Why these and no constant. r* first is what bounds a wait: each request
 that is older when it starves goes first, and a request becomes r* only
-after every older starving one is in. The victim is the slot that frees
+after every older starving one is in. Guards are S apart because a burst
+leaves every waiting request past S: without the gap a new r* is chosen the
+step after each switch, its victim is the adapter just switched in, with
+only the requests its first scan admitted, and the seats its held backlog
+would fill stay empty (v7, which had no gap, ran at 0.47-0.73 of vllm's
+throughput on max_loras-1 bursts); S, the time a request waits before it is
+put first, is also the time a new slot holder serves before it can be made
+a victim. The victim is the slot that frees
 soonest, since r* waits exactly that long for it; a slot whose holder keeps
 receiving requests never frees, which is `vllm`'s starvation, so holding
 the victim is what frees it. A request that ends by the deadline costs r*
 nothing (one output a step, the slot is held that long anyway) and keeps
 the victim's seats busy while it drains. S trades wait for throughput: a
 request that waited fewer than S steps is never put first and never causes
-a hold (S = 0: the oldest waiting request is always first, which makes the
-scan FCFS among requests the cap would block).
-The rule's history (v1-v6 and the exemptions each added) is in
+a hold, and a slot holder switched in for r* is not a victim for S steps
+(S = 0: the oldest waiting request is always first, which makes the scan
+FCFS among requests the cap would block).
+The rule's history (v1-v7 and what each added or dropped) is in
 `docs/fair-history.md`.
 
 Bound. Let P be the largest prompt, L the largest `max_tokens`,
@@ -75,17 +84,19 @@ late. Lemmas, each a monitor in `tests/test_state_machines.py`:
   within D + 1 steps `running` empties or r* is in or cap-blocked (t1); the
   victim's slot is free by t1 + L + D (G1) and nobody can take it first;
   then within D + 1 more steps capacity lets r* in.
+- `guards_apart`: no r* is chosen within S steps of the admission of the
+  one before it (so a guard and the gap after it take at most G + S).
 - `guards_ahead`: every r* chosen once a request r has waited S steps is
   older than r, so it was waiting when r arrived (or last joined waiting),
   and each is r* once per stay in `waiting`; so at most Qw guards, r's own
-  included, run before r is in, one after the other.
+  included, run before r is in, one after the other, each with its gap.
 
 Hence every request is first admitted within
 
-    B = S + Qw * (3D + L + 3)
+    B = S + Qw * (3D + L + S + 3)
 
-steps of joining `waiting`: linear in the requests waiting ahead and in the
-longest request, under these assumptions: every request has the same
+steps of joining `waiting`: linear in the requests waiting ahead, in the
+longest request and in S, under these assumptions: every request has the same
 priority (FCFS, or the priority queue with one priority: with mixed
 priorities a stream of more urgent requests may delay a less urgent one
 without limit, which is what priorities ask for), and no running request is
@@ -141,6 +152,7 @@ class FairGuard:
     star: str | None = None  # r*, kept from step to step until admitted
     star_adapter: int = 0
     chosen_at: int = 0  # the step r* was chosen (0: no r*)
+    cool_until: int = 0  # no new r* before this step: S after the last r* was admitted
     victims: set[int] = field(default_factory=set)  # the victim (at most one holds a slot)
     deadline: dict[int, int] = field(default_factory=dict)  # victim -> step its slot frees if nothing joins
     step: int = 0
@@ -176,7 +188,7 @@ class FairGuard:
         self.step, self._held = step, set()
         if self.star is not None and self.star not in self._waiting:
             self._clear()  # aborted (or admitted behind the guard's back)
-        if self.star is None:
+        if self.star is None and step >= self.cool_until:  # guards are S apart
             found = self._oldest_starving(step, stale)
             if found is not None:
                 self.star, self.star_adapter, self.chosen_at = found, self._waiting[found][1], step
@@ -237,10 +249,12 @@ class FairGuard:
         return False
 
     def admitted(self, rid: str) -> None:
-        """`rid` got in (it leaves the index); when it is r*, the guard is over."""
+        """`rid` got in (it leaves the index); when it is r*, the guard is over
+        and the next one waits S steps."""
         self.dequeue(rid)
         if rid == self.star:
             self._clear()
+            self.cool_until = self.step + self.starvation_steps
 
     def _clear(self) -> None:
         self.star, self.star_adapter, self.chosen_at = None, 0, 0
@@ -263,12 +277,17 @@ def guard_steps(drain: int, max_output: int) -> int:
     return 3 * drain + max_output + 3
 
 
+def gap_steps(config: Config) -> int:
+    """The gap after a guard (`guards_apart`): no new r* for S steps."""
+    return config.starvation_steps
+
+
 def fair_bound(config: Config, *, queue: int, max_prompt: int, max_output: int, waiting: int | None = None) -> int:
     """B of the module docstring for a configuration and workload bounds
     (`waiting` is Qw; without it, Q stands in for it, as Qw <= Q)."""
     d = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     qw = queue if waiting is None else waiting
-    return config.starvation_steps + qw * guard_steps(d, max_output)
+    return config.starvation_steps + qw * (guard_steps(d, max_output) + gap_steps(config))
 
 
 def workload_bound(config: Config, requests: Iterable[Request], *, queue: int | None = None,

@@ -242,6 +242,7 @@ class StateVars:
     wkey: list[z3.ArithRef]  # FCFS: place in `waiting` (smaller = ahead); arrivals append, preemptions prepend
     rkey: list[z3.ArithRef]  # place in `running` (admission order; a re-admission appends)
     pf: list[z3.BoolRef]  # vLLM's `is_prefill_chunk` (set when scheduled)
+    CU: z3.ArithRef = field(default_factory=lambda: z3.IntVal(0))  # `FairGuard.cool_until`
 
     def arrived(self, i: int) -> z3.BoolRef:
         return z3.Or(self.W[i], self.R[i], self.F[i], self.X[i])
@@ -277,6 +278,7 @@ def make_state(b: Bounds, tag: str) -> StateVars:
         [z3.Int(f"wkey_{i}@{tag}") if b.general else z3.IntVal(0) for i in R],
         [z3.Int(f"rkey_{i}@{tag}") if b.general else z3.IntVal(0) for i in R],
         [z3.Bool(f"pf_{i}@{tag}") if b.general else z3.BoolVal(False) for i in R],
+        z3.Int(f"CU@{tag}"),
     )
 
 
@@ -291,7 +293,7 @@ def init(b: Bounds, s: StateVars) -> list[z3.BoolRef]:
             cs += [s.wkey[i] == 0, s.rkey[i] == 0, z3.Not(s.pf[i])]
     for a in range(b.adapters):
         cs += [z3.Not(s.V[a]), s.DL[a] == 0]
-    cs += [z3.Not(x) for x in s.pend + s.D] + [z3.Not(s.pcb), s.wave == 0, z3.Not(s.pa), s.ZT == 0]
+    cs += [z3.Not(x) for x in s.pend + s.D] + [z3.Not(s.pcb), s.wave == 0, z3.Not(s.pa), s.ZT == 0, s.CU == 0]
     return cs
 
 
@@ -337,6 +339,7 @@ class Mid:
     rkey: list[z3.ArithRef] = field(default_factory=list)
     pf: list[z3.BoolRef] = field(default_factory=list)
     ZT: z3.ArithRef = field(default_factory=lambda: z3.IntVal(0))  # `FairGuard.chosen_at`
+    CU: z3.ArithRef = field(default_factory=lambda: z3.IntVal(0))  # `FairGuard.cool_until`
 
 
 @dataclass
@@ -414,7 +417,7 @@ def events(b: Bounds, s: StateVars, inp: Inputs) -> tuple[Mid, list[z3.BoolRef]]
     wkey = [z3.If(inp.arrive[i], t * (n + 1) + i, s.wkey[i]) for i in range(n)] if b.general else list(s.wkey)
     return Mid(t, W, R, list(s.F), X, list(s.computed), list(s.generated),
                list(s.admitted_at), list(s.ever), arrival, list(s.Z), list(s.V), list(s.DL),
-               list(s.pend), D, s.pcb, wave, throttle, wkey, list(s.rkey), list(s.pf), s.ZT), cs
+               list(s.pend), D, s.pcb, wave, throttle, wkey, list(s.rkey), list(s.pf), s.ZT, s.CU), cs
 
 
 def throttled(b: Bounds, wave: z3.ArithRef) -> z3.BoolRef:
@@ -430,9 +433,10 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     budget `B0` and seats `seats0` the running phase left.
 
     begin_scan: r* is kept while it is waiting (sticky, with its victim and
-    deadline); otherwise it is the oldest waiting request (any adapter, base
-    included) that waited `step - waiting_since >= S` (state `arrival` holds
-    waiting_since); oldest by (priority under the priority queue,
+    deadline); otherwise, once `step >= cool_until` (S after the last r* was
+    admitted: guards are S apart), it is the oldest waiting request (any
+    adapter, base included) that waited `step - waiting_since >= S` (state
+    `arrival` holds waiting_since); oldest by (priority under the priority queue,
     waiting_since, seq) (in the fast path, without preemption or
     priorities, that is the first such slot).
     visit_star: the scan reaches r* when budget and seats remain; if the LoRA
@@ -458,7 +462,10 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     sticky = z3.Or([z3.And(m.Z[i], m.W[i]) for i in rng])
     if mutant == "star_not_sticky":
         sticky = z3.BoolVal(False)
-    cand = [z3.And(m.W[i], t - m.arrival[i] >= p.S) for i in rng]
+    gap_over = t >= m.CU  # guards are S apart: no new r* before `cool_until`
+    if mutant == "gap_forever":  # after the first guard, no r* is ever chosen again
+        gap_over = m.CU == 0
+    cand = [z3.And(m.W[i], t - m.arrival[i] >= p.S, gap_over) for i in rng]
     if mutant == "star_lora_only":  # fair's first design: a base-model request is never r*
         cand = [z3.And(c, p.adapter[i] > 0) for i, c in enumerate(cand)]
     if b.general:  # `FairGuard._oldest_starving`: (priority under the priority queue, waiting_since, seq)
@@ -534,7 +541,7 @@ class FairStart:
 MUTANTS = ("cap_early", "cap_late", "seats_unchecked", "budget_plus_one", "fifo_reversed",
            "drop_running", "guard_off", "star_youngest", "star_lora_only", "throttle_ignored", "async_no_skip",
            "kv_unchecked", "victim_head", "preempt_to_tail", "priority_ignored", "star_priority_ignored",
-           "star_not_sticky", "drain_unbounded")
+           "star_not_sticky", "drain_unbounded", "gap_forever")
 
 
 def decoding(p: Params, m: Mid, i: int) -> z3.BoolRef:
@@ -880,8 +887,10 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
             cs.append(s2.V[a] == z3.If(frozen, m.V[a], z3.And(V2[a], z3.Not(ok0))))
             cs.append(s2.DL[a] == z3.If(frozen, m.DL[a], z3.If(ok0, 0, g.deadline[a])))
         cs.append(s2.ZT == z3.If(frozen, m.ZT, z3.If(z3.And(g.has_star, z3.Not(ok0)), g.chosen_at, 0)))
+        cs.append(s2.CU == z3.If(frozen, m.CU, z3.If(z3.And(g.has_star, ok0), t + p.S, m.CU)))
     else:
         cs.append(s2.ZT == m.ZT)
+        cs.append(s2.CU == m.CU)
         cs += [s2.Z[i] == m.Z[i] for i in rng]
         cs += [s2.V[a] == m.V[a] for a in range(A)] + [s2.DL[a] == m.DL[a] for a in range(A)]
     aux = StepAux(m, n, adm, R_sched, fin, policy, pre)

@@ -84,6 +84,8 @@ CATALOGUE: tuple[Mutant, ...] = (
            "fair", "bounded_wait", WAIT_S2, 12, WAIT_S2_WORST),
     Mutant("drain_unbounded_s2", "fair's drain admission lets in every request of the victim, at S = 2",
            "fair", "bounded_wait", WAIT_S2, 12, WAIT_S2_WORST),
+    Mutant("gap_forever", "fair's gap after a guard never ends (after the first r*, no request is put first again)",
+           "fair", "bounded_wait", WAIT, 10, WAIT_WORST),
     Mutant("star_youngest", "fair's r* is the youngest starving request instead of the oldest",
            "fair", "no_hol_blocking", replace(SMALL, max_loras=(1, 1)), 4),
     Mutant("throttle_ignored", "the DP throttle defers nothing",

@@ -62,3 +62,18 @@ class NotFirstGate(FairGate):
     def scan_order(self, ctx, queue: list[str]) -> list[str]:
         super().scan_order(ctx, queue)
         return queue
+
+
+class NoGapGuard(FairGuard):
+    """Mechanism 1 without its gap (fair v7): the next r* may be chosen the
+    step after the last one was admitted."""
+
+    def admitted(self, rid: str) -> None:
+        star = self.star
+        super().admitted(rid)
+        if rid == star:
+            self.cool_until = 0
+
+
+class NoGapGate(FairGate):
+    guard_class = NoGapGuard

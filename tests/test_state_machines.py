@@ -208,12 +208,15 @@ class VllmMachine(PolicyMachine):
 
 
 def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_prompt: int, max_output: int,
-                    queue: int, victim_since: dict[tuple[str, int], int]) -> str | None:
+                    queue: int, victim_since: dict) -> str | None:
     """The lemmas of `policy.fair`'s bound, checked after step `step` (`rec`)
     of a fair run; `star0` is r* before the step; `victim_since` remembers
-    when each (r*, victim) pair was first seen. None, or the broken lemma.
+    when each (r*, victim) pair was first seen, and (key "star_admitted")
+    the step the last r* was admitted. None, or the broken lemma.
 
     - `star_first`: a scan that admits r* admits it first;
+    - `guards_apart`: an r* chosen in this step (one still waiting at its
+      end) comes S steps or more after the last r* was admitted;
     - `victim_drains`: a victim chosen at step t1 holds no slot after
       t1 + L + D while r* waits;
     - `star_admitted_within_G`: r* chosen at t0 is admitted (or aborted) by
@@ -224,8 +227,14 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
     d = drain_steps(sched.config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     if star0 is not None and star0 in rec.admitted and rec.admitted[0] != star0:
         return f"star_first: r* {star0} admitted after {rec.admitted[:rec.admitted.index(star0)]} at step {step}"
+    if star0 is not None and star0 in rec.admitted:
+        victim_since["star_admitted"] = step
     if g.star is None:
         return None
+    last = victim_since.get("star_admitted")
+    if g.star != star0 and last is not None and step - last < sched.config.starvation_steps:
+        return (f"guards_apart: r* {g.star} chosen at step {step}, {step - last} steps after the last r* was "
+                f"admitted (S = {sched.config.starvation_steps})")
     if step - g.chosen_at > guard_steps(d, max_output):
         return (f"star_admitted_within_G: r* {g.star} chosen at {g.chosen_at} still waits at {step} "
                 f"> G = {guard_steps(d, max_output)}")
@@ -382,17 +391,23 @@ def _first_broken_lemma(cfg: Config, reqs: list[Request], gate) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("planted", ["drain", "not_first"])
+@pytest.mark.parametrize("planted", ["drain", "not_first", "no_gap"])
 def test_lemma_monitors_catch_planted_bugs(planted):
     """Each monitor can fail, and the real rule keeps it on the same input:
     fair whose drain admissions ignore the deadline breaks `victim_drains` on
     the starvation stream; fair whose scan does not put r* first breaks
-    `star_first` once a preempted request rejoins the head of the queue."""
-    from planted import NotFirstGate, UnboundedDrainGate
+    `star_first` once a preempted request rejoins the head of the queue;
+    fair without the gap after a guard (v7) breaks `guards_apart` on the
+    max_loras-1 burst searched against v7."""
+    from lora_sched.bench.families import FAMILY_DIR, load
+    from planted import NoGapGate, NotFirstGate, UnboundedDrainGate
 
     if planted == "drain":
         cfg, wl = starvation_stream(200)
         cfg, reqs, bug, want = replace(cfg, policy="fair"), wl.requests, UnboundedDrainGate(), "victim_drains"
+    elif planted == "no_gap":
+        _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fairv7-throughput.json")
+        cfg, bug, want = replace(cfg, policy="fair"), NoGapGate(), "guards_apart"
     else:
         (cfg, reqs), bug, want = NOT_FIRST_CASE, NotFirstGate(), "star_first"
     broken = _first_broken_lemma(cfg, reqs, bug)

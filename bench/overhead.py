@@ -312,7 +312,8 @@ def run_grid(cells: Sequence[Cell], *, steps: int, warmup: int, starvation_steps
              cell_seconds: float = 0.0, broken_refill: bool = False, log: Any = None) -> dict[str, Any]:
     """Every cell, every class; the results as the JSON `--out` writes."""
     import vllm
-    from lora_sched.conformance.recorder import TRACE_ENV
+
+    from lora_sched.recorder import TRACE_ENV
 
     if os.environ.pop(TRACE_ENV, None) is not None and log:
         log(f"overhead: {TRACE_ENV} unset (recording would be timed)")

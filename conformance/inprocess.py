@@ -37,7 +37,7 @@ MAX_MODEL_LEN = 2048
 
 def _scheduler_classes(policy: str) -> tuple[type, type]:
     if policy == "vllm":
-        from lora_sched.conformance.recorder import AsyncRecordingScheduler, RecordingScheduler
+        from lora_sched.recorder import AsyncRecordingScheduler, RecordingScheduler
         return RecordingScheduler, AsyncRecordingScheduler
     from lora_sched.scheduler import CLASSES
     return CLASSES[policy]
@@ -176,7 +176,7 @@ def run_workload(cfg: Config, workload: Workload, trace_path: str | os.PathLike[
     plenty = sum(-(-(r.prompt_tokens + r.max_tokens) // cfg.block_size) for r in workload.requests) + 1
     sched = make_scheduler(cfg, policy, plenty_blocks=plenty, scheduler_class=scheduler_class)
     sched.start_recording(trace_path, async_scheduling=cfg.async_scheduling)
-    from lora_sched.conformance.recorder import installed_release
+    from lora_sched.recorder import installed_release
     cadence_by_engine = (releases.get(installed_release()).prefill_cadence == "dp_engine"
                          if engine_cadence is None else engine_cadence)
     arrivals = sorted(workload.requests, key=lambda r: r.arrival)

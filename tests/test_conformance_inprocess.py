@@ -30,7 +30,7 @@ def conform(*args, **kw):
 
 
 def installed_release() -> str:
-    from lora_sched.conformance.recorder import installed_release
+    from lora_sched.recorder import installed_release
 
     return installed_release()
 

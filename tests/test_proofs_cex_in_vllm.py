@@ -84,6 +84,6 @@ def test_async_counterexample_breaks_running_lora_cap_in_vllm(tmp_path):
 
 
 def installed_release() -> str:
-    from lora_sched.conformance.recorder import installed_release  # imports vLLM: only when these tests run
+    from lora_sched.recorder import installed_release  # imports vLLM: only when these tests run
 
     return installed_release()

@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 
 from lora_sched.bench import overhead
-from lora_sched.bench.costmodel import DEFAULT, SEED_BLOCKING, SEED_PR, SEED_RATIO, SEED_ROWS
 from lora_sched.bench.live import LIVE_INPUT_MEAN, LIVE_OUTPUT, LIVE_PROMPTS, LIVE_STARVATION_STEPS
 from lora_sched.bench.simulate import progress, ratio, seed_config, seed_requests, simulate_policy
 from lora_sched.bench.sweeps import STARVATION_STEPS, STREAM_LENGTHS, starvation_sweep, tuning_sweep
 from lora_sched.bench.table import table
+from lora_sched.policy.costmodel import DEFAULT, SEED_BLOCKING, SEED_PR, SEED_RATIO, SEED_ROWS
 from lora_sched.policy.driver import release
 from lora_sched.spec import releases
 from lora_sched.spec.config import POLICIES

@@ -68,7 +68,7 @@ def trace_summary(path: Path) -> dict:
     steps, and how many depends on the machine, so two servers' step counts
     compare different arrivals; the policy's busy steps against vllm's on
     the trace's own arrivals compare the rules alone."""
-    from lora_sched.spec.check import observe_trace
+    from lora_sched.policy.check import observe_trace
     from lora_sched.spec.observe import Observer
     from lora_sched.spec.trace import read_trace
 
@@ -229,8 +229,8 @@ def run_policy(policy: str, cfg: Config, args, model: str, modules: list[str], o
 
 
 def main_live(args) -> int:  # noqa: ANN001 - argparse.Namespace
-    from lora_sched.bench.costmodel import SEED_BLOCKING, SEED_PR
     from lora_sched.conformance.assets import ensure_assets
+    from lora_sched.policy.costmodel import SEED_BLOCKING, SEED_PR
 
     t_start = time.monotonic()
     out = Path(args.out) / "live"

@@ -19,7 +19,7 @@ the seats serve, since a slot changes hands only when its adapter drains.
 `seats`: `max_num_seqs / E[output]` requests a step, what the seats serve
 when every request finds a slot; there, with few slots, the popular
 adapters keep theirs and the rest queue for one (the starvation regime of
-vLLM #16876). A load of 1.0 is an arrival rate equal to the unit. Time is in scheduler steps; `bench.costmodel`
+vLLM #16876). A load of 1.0 is an arrival rate equal to the unit. Time is in scheduler steps; `policy.costmodel`
 turns steps into seconds.
 
 Measures (per policy, per workload; `measure`):

@@ -3,7 +3,7 @@
 Live (default): generate or reuse the tiny model and adapters, start vLLM's
 OpenAI server on 127.0.0.1 with the policy's recording scheduler class, drive
 the scenario through the HTTP API, stop the server and everything it started,
-then check the recorded trace: every property (`spec.check`) and the replay
+then check the recorded trace: every property (`policy.check`) and the replay
 through the reference (`policy.replay`). `--in-process` drives vLLM's
 scheduler class directly instead. Exit 0 only when everything holds.
 """
@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def check(trace_path: Path, policy: str, scenario: Scenario) -> tuple[bool, list[str]]:
     """Properties and replay of a (possibly partial) trace; report lines."""
     from lora_sched.policy import claims
-    from lora_sched.spec.check import check_trace, format_report
+    from lora_sched.policy.check import check_trace, format_report
     from lora_sched.spec.trace import TraceError, read_trace
 
     try:

@@ -24,7 +24,7 @@ from pathlib import Path
 from lora_sched.conformance.inprocess import Stuck, run_workload
 from lora_sched.fuzz.space import THROTTLE, THROTTLE_FIELD, FuzzCase
 from lora_sched.policy import claims
-from lora_sched.spec.check import check_trace
+from lora_sched.policy.check import check_trace
 from lora_sched.spec.trace import TraceError, read_trace
 
 

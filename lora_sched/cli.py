@@ -1,6 +1,6 @@
 """`lora-sched`: one console script, one subcommand per concept.
 
-Each subcommand lives beside the concept it runs (`spec.check`, `proofs.cli`,
+Each subcommand lives beside the concept it runs (`policy.check`, `proofs.cli`,
 `conformance.cli`, `bench.cli`, `fuzz.cli`) and exposes `add_arguments(parser)` and
 `main(args) -> int`; this module only dispatches, importing lazily so that
 `lora-sched check` does not pay for Z3 or vLLM.
@@ -22,7 +22,7 @@ EXTRA_OF = {
 
 COMMANDS = {
     "simulate": ("lora_sched.policy.simulate", "run a workload through a reference policy and write a trace"),
-    "check": ("lora_sched.spec.check", "validate every property on a trace; with --policy, replay it"),
+    "check": ("lora_sched.policy.check", "validate every property on a trace; with --policy, replay it"),
     "prove": ("lora_sched.proofs.cli", "Z3: bounded model checking, k-induction, worst-case wait"),
     "conform": ("lora_sched.conformance.cli", "run vLLM (live or in-process) and check it against the reference"),
     "bench": ("lora_sched.bench.cli", "benchmark the three policies (simulated, or --live on vLLM)"),

@@ -2,7 +2,7 @@
 
 A counterexample is turned into a `policy.driver.Workload` (requests with
 arrival steps, aborts, skipped running requests) and replayed through the
-Python reference; `spec.observe.Observer` (via `spec.check.check_trace`) must
+Python reference; `spec.observe.Observer` (via `policy.check.check_trace`) must
 report the same violation. That is the "one source of truth" rule.
 """
 
@@ -212,9 +212,9 @@ class ReplayOutcome:
 
 def replay(cex: Cex) -> ReplayOutcome:
     """Run the counterexample's workload through `policy.driver.run` and judge
-    it with `spec.check.check_trace` (the Observer) or the waits."""
+    it with `policy.check.check_trace` (the Observer) or the waits."""
+    from lora_sched.policy.check import check_trace
     from lora_sched.policy.driver import run
-    from lora_sched.spec.check import check_trace
 
     with tempfile.TemporaryDirectory() as d:
         trace = os.path.join(d, "cex.jsonl")

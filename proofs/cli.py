@@ -28,13 +28,13 @@ import sys
 from dataclasses import replace
 from typing import Any
 
+from lora_sched.policy.check import json_envelope
 from lora_sched.proofs import encoding as enc
 from lora_sched.proofs import engine
 from lora_sched.proofs.cex import emit_test, write_itf
 from lora_sched.proofs.checks import Check, default_checks, run_check
 from lora_sched.proofs.manifest import MANIFEST, drift, load
 from lora_sched.proofs.unbounded import POLICIES as UNBOUNDED_POLICIES
-from lora_sched.spec.check import json_envelope
 
 VERDICT_WORDS = {"cex": "violated"}  # engine verdict -> the word `check --json` uses too
 

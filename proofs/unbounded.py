@@ -1095,7 +1095,7 @@ def run_trace(tc: TraceCheck, timeout_ms: int = 60_000) -> Outcome:
 
 def replay_trace(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[Step]) -> tuple[bool, str]:
     """Turn a sat trace into a `policy.driver.Workload` and run it through the
-    reference; `spec.check.check_trace` (the Observer) must report `tc.replay`.
+    reference; `policy.check.check_trace` (the Observer) must report `tc.replay`.
 
     The workload keeps the requests the trace admits, each arriving at the
     step that admits it (in scan order), a request the trace finishes is
@@ -1109,8 +1109,8 @@ def replay_trace(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[Step]
     import os
     import tempfile
 
+    from lora_sched.policy.check import check_trace
     from lora_sched.policy.driver import Workload, run
-    from lora_sched.spec.check import check_trace
     from lora_sched.spec.config import Config
     from lora_sched.spec.request import Request
 
@@ -1166,12 +1166,12 @@ def replay_arrivals(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[St
     adapter and max_tokens, a one-token prompt; max_loras and
     starvation_steps the trace's, seats and budget ample. The reference
     (`policy.core.Scheduler` with the gate) runs it to completion and
-    `spec.check.check_trace` (the Observer) must report `tc.replay`."""
+    `policy.check.check_trace` (the Observer) must report `tc.replay`."""
     import os
     import tempfile
 
+    from lora_sched.policy.check import check_trace
     from lora_sched.policy.driver import Workload, run
-    from lora_sched.spec.check import check_trace
     from lora_sched.spec.config import Config
     from lora_sched.spec.request import Request
 

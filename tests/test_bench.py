@@ -6,9 +6,9 @@ import math
 import re
 
 import pytest
-from lora_sched.bench.costmodel import DEFAULT, CostModel
 from lora_sched.bench.simulate import FastBlock, result_block, seed_config, seed_requests, simulate_policy
 from lora_sched.bench.sweeps import starvation_sweep
+from lora_sched.policy.costmodel import DEFAULT, CostModel
 
 
 @pytest.fixture(scope="module")

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 from lora_sched.conformance.inprocess import conform, run_workload
+from lora_sched.policy.check import check_trace
 from lora_sched.policy.replay import replay
 from lora_sched.proofs.cex import Cex
-from lora_sched.spec.check import check_trace
 from lora_sched.spec.trace import read_trace
 
 pytestmark = pytest.mark.vllm

@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 from lora_sched.conformance.crash import CONFIG, shortest_crash
 from lora_sched.conformance.inprocess import conform, run_workload
+from lora_sched.policy.check import check_trace
 from lora_sched.policy.replay import replay
-from lora_sched.spec.check import check_trace
 from lora_sched.spec.trace import read_trace
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own scheduler

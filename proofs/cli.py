@@ -14,6 +14,10 @@ drifts, 1 on any drift (`proofs.manifest.drift`).
 `proofs.mutants` instead, one timed line per mutant: exit 1 if a mutant
 survives (or a check's baseline fails), 2 on an unknown mutant name.
 
+`prove --sweep` runs the manifest plus sweeps as Ray tasks: the flag is
+declared here, and `lora-sched` dispatches it to `fuzz.sweep`
+(`lora_sched.cli.MODES`), since fuzz imports proofs and proofs never imports fuzz.
+
 `--json` prints one versioned object, a result per check (verdict, depth,
 seconds, message, the witness as ITF JSON or its `--itf-dir` path, and in
 manifest mode the expected verdict and the drift), instead of the text.
@@ -129,10 +133,10 @@ def run_mutants(args: argparse.Namespace) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.sweep:
-        from lora_sched.fuzz.sweep import main as sweep
-
-        return sweep(args)
+    if args.sweep:  # `lora-sched` runs `prove --sweep` with `fuzz.sweep.main` (lora_sched.cli.MODES)
+        print("lora-sched prove: --sweep is run by lora_sched.fuzz.sweep (`lora-sched prove --sweep`)",
+              file=sys.stderr)
+        return 2
     if getattr(args, "unbounded", False):
         from lora_sched.proofs import unbounded
         return unbounded.cli_main(args)

@@ -34,7 +34,7 @@ from typing import Any
 
 from lora_sched.policy.check import json_envelope
 from lora_sched.proofs import encoding as enc
-from lora_sched.proofs import engine
+from lora_sched.proofs import engine, mutants, unbounded
 from lora_sched.proofs.cex import emit_test, write_itf
 from lora_sched.proofs.checks import Check, default_checks, run_check
 from lora_sched.proofs.manifest import MANIFEST, drift, load
@@ -118,8 +118,6 @@ def result_json(c: Check, r: engine.Result, itf: str | None, drifted: str | None
 
 def run_mutants(args: argparse.Namespace) -> int:
     """`prove --mutants`: every mutant must be killed by the check it names."""
-    from lora_sched.proofs import mutants
-
     unknown = sorted(set(args.mutants) - {m.name for m in mutants.CATALOGUE})
     if unknown:
         print(f"lora-sched prove: --mutants: unknown mutant(s) {unknown}; "
@@ -138,7 +136,6 @@ def main(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     if getattr(args, "unbounded", False):
-        from lora_sched.proofs import unbounded
         return unbounded.cli_main(args)
     if args.policy is not None and args.policy not in enc.POLICIES and not args.manifest:
         print(f"lora-sched prove: --policy {args.policy} is checked only by --unbounded (or --manifest)",

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lora_sched.policy.check import bound_for, observe_trace
+from lora_sched.policy.fair import FairHolds
 from lora_sched.spec.observe import Observer
 from lora_sched.spec.properties import StepView, Violation
 from lora_sched.spec.trace import Abort, Trace, read_trace
@@ -247,8 +248,6 @@ def build(trace: Trace) -> Layout:
     adapter = {rid: r.adapter for rid, r in reqs.items()}
     holds: _RecordingHolds | None = None
     if cfg.policy == "fair":
-        from lora_sched.policy.fair import FairHolds
-
         holds = _RecordingHolds(FairHolds(cfg))
     obs = Observer(cfg, holds)
     bound, bound_note = bound_for(trace)

@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import os
 
+# Quiet the vLLM this module drives (read when vLLM is first imported). The whole
+# process inherits it, a live server it starts later included: tools that may also
+# start one import this module only in the function that drives vLLM in-process.
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 import random
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from lora_sched.conformance.assets import ensure_assets
 from lora_sched.policy.driver import Workload
 from lora_sched.policy.replay import ReplayResult, replay
 from lora_sched.spec import releases
@@ -61,7 +65,6 @@ def make_scheduler(cfg: Config, policy: str | None = None, *, model: str | None 
 
     policy = policy or cfg.policy
     if model is None:
-        from lora_sched.conformance.assets import ensure_assets
         model = str(ensure_assets(0).model)
     max_len = MAX_MODEL_LEN
     if not cfg.chunked_prefill:

@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from lora_sched.bench.families import FAMILY_DIR, known_family, save, to_json
+from lora_sched.bench.families import FAMILY_DIR, known_family, load, save, to_json
 from lora_sched.bench.simulate import progress
 from lora_sched.policy.driver import RunResult, Workload, run
 from lora_sched.policy.fair import observed_bound
@@ -217,8 +217,6 @@ def reevaluate(path: Path) -> dict:
     ratio, waits and B in `found_by` and the description are rewritten, the
     workload is not. The drift check (tests/test_frontier.py) then holds the
     family to the new figures; run after a change of rule, on purpose."""
-    from lora_sched.bench.families import load
-
     name, cfg, reqs, raw = load(path)
     fb = raw["found_by"]
     if "found_against" not in fb:

@@ -45,8 +45,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lora_sched.bench.families import all_families
 from lora_sched.bench.live import client_command, live_config, run_policy
 from lora_sched.bench.simulate import progress
+from lora_sched.conformance.assets import ensure_assets
 from lora_sched.spec.config import IN_VLLM, Config
 from lora_sched.spec.request import Request
 
@@ -81,7 +83,6 @@ def workload(name: str, *, starvation_steps: int, repeat: int) -> LiveWorkload:
     if name == SEED:
         return LiveWorkload(SEED, live_config(starvation_steps),
                             "the seed's shape: random prompts, 8 adapters at random, max_loras 4", None)
-    from lora_sched.bench.families import all_families
 
     fams = all_families()
     if name not in fams:
@@ -172,8 +173,6 @@ def print_table(name: str, about: str, rows: dict[str, dict]) -> None:
 
 
 def main_live_field(args) -> int:  # noqa: ANN001 - argparse.Namespace
-    from lora_sched.conformance.assets import ensure_assets
-
     t_start = time.monotonic()
     names = list(args.family or FIELD_FAMILIES)
     policies = [p for p in (args.live_policies or ",".join(FIELD_POLICIES)).split(",") if p]

@@ -74,6 +74,7 @@ from dataclasses import asdict, dataclass, field, replace
 from itertools import combinations, product
 from pathlib import Path
 
+from lora_sched.bench.families import FAMILY_DIR, load
 from lora_sched.bench.frontier import DEFAULT_KNOB, FRONTIER_POLICIES, KNOBBED, KNOBS, RATIO_TIE
 from lora_sched.bench.optimum import AbstractionError, inside_abstraction
 from lora_sched.bench.simulate import progress, simulate_policy
@@ -319,8 +320,6 @@ def pair_split(x: list[Request], y: list[Request]) -> int:
 
 
 def load_pair(pair: tuple[str, str] = PAIRS[0]) -> tuple[Config, list[Request], list[Request], int]:
-    from lora_sched.bench.families import FAMILY_DIR, load
-
     _, cfg_x, x, _ = load(FAMILY_DIR / f"{pair[0]}.json")
     _, cfg_y, y, _ = load(FAMILY_DIR / f"{pair[1]}.json")
     if cfg_x != cfg_y:

@@ -42,6 +42,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from lora_sched.bench.simulate import simulate_policy
+from lora_sched.policy.driver import Workload, run
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
 
@@ -106,8 +108,6 @@ def capacity(spec: Spec) -> float:
     """Requests per step `vllm` completes on the mix when all of it arrives at
     step 1 (cached per spec)."""
     if spec not in _CAPACITY:
-        from lora_sched.policy.driver import Workload, run
-
         burst = [Request(f"q{i}", a, p, o, 1) for i, (a, p, o) in enumerate(_mix(spec))]
         _CAPACITY[spec] = len(burst) / run(spec.config(), Workload(burst), policy="vllm").last_step
     return _CAPACITY[spec]
@@ -192,8 +192,6 @@ def label(point: tuple[str, int | None]) -> str:
 def measure(spec: Spec, point: tuple[str, int | None]) -> dict:
     """One simulated run of `point` on `spec`, with the module docstring's measures
     (throughput ratios are filled in by `run_grid`, against vllm's run)."""
-    from lora_sched.bench.simulate import simulate_policy
-
     policy, knob = point
     reqs = workload(spec)
     cfg = spec.config() if knob is None else spec.config(starvation_steps=knob)

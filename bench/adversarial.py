@@ -63,7 +63,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from lora_sched.bench.families import FAMILY_DIR, known_family, save, to_json
+from lora_sched.bench.families import FAMILY_DIR, coded_families, known_family, load, save, to_json
+from lora_sched.bench.frontier import DEFAULT_KNOB, points
 from lora_sched.bench.simulate import progress
 from lora_sched.policy import driver
 from lora_sched.policy.driver import RunResult, Workload, run
@@ -387,8 +388,6 @@ def reevaluate(path: Path) -> dict:
     ratio, waits and B in `found_by` and the description are rewritten, the
     workload is not. The drift check (tests/test_frontier.py) then holds the
     family to the new figures; run after a change of rule, on purpose."""
-    from lora_sched.bench.families import load
-
     name, cfg, reqs, raw = load(path)
     fb = raw["found_by"]
     if "found_against" not in fb:
@@ -436,8 +435,6 @@ def goal_rows(directory: Path = FAMILY_DIR, *, field: tuple[str, ...] = ("draine
     the coded ones when `coded` is false) against issue 20's goal, with vllm's
     figures and the field's (`field`, at their default knob): the table of
     docs/bench.md's adversarial section."""
-    from lora_sched.bench.families import coded_families, load
-    from lora_sched.bench.frontier import DEFAULT_KNOB, points
 
     fams: list[tuple[str, Config, list[Request], bool]] = [
         (name, cfg, reqs, False) for name, (cfg, reqs) in (coded_families().items() if coded else ())]

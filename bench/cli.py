@@ -21,14 +21,39 @@ import time
 from pathlib import Path
 
 from lora_sched.bench import overhead
-from lora_sched.bench.costmodel import DEFAULT, SEED_BLOCKING, SEED_PR, SEED_RATIO, SEED_ROWS
-from lora_sched.bench.live import LIVE_INPUT_MEAN, LIVE_OUTPUT, LIVE_PROMPTS, LIVE_STARVATION_STEPS
-from lora_sched.bench.simulate import progress, ratio, seed_config, seed_requests, simulate_policy
+from lora_sched.bench.adversarial import (
+    SEARCH_POLICIES,
+    goal_rows,
+    print_goals,
+    print_rows,
+    reevaluate,
+    search,
+    widened,
+)
+from lora_sched.bench.families import FAMILY_DIR, FamilyError, all_families
+from lora_sched.bench.frontier import frontier, print_table
+from lora_sched.bench.live import LIVE_INPUT_MEAN, LIVE_OUTPUT, LIVE_PROMPTS, LIVE_STARVATION_STEPS, main_live
+from lora_sched.bench.live_field import FAMILY_REPEAT, ROUNDS, main_live_field
+from lora_sched.bench.online import report as online_report
+from lora_sched.bench.optimum import gap_table, small_adversarial
+from lora_sched.bench.realistic import report as realistic_report
+from lora_sched.bench.refspeed import compare, describe
+from lora_sched.bench.simulate import (
+    SEED_PROMPTS,
+    calibrate,
+    progress,
+    ratio,
+    seed_config,
+    seed_requests,
+    simulate_policy,
+)
 from lora_sched.bench.sweeps import STARVATION_STEPS, STREAM_LENGTHS, starvation_sweep, tuning_sweep
 from lora_sched.bench.table import table
+from lora_sched.policy.costmodel import DEFAULT, SEED_BLOCKING, SEED_PR, SEED_RATIO, SEED_ROWS
 from lora_sched.policy.driver import release
 from lora_sched.spec import releases
-from lora_sched.spec.config import POLICIES
+from lora_sched.spec.config import POLICIES, Config
+from lora_sched.spec.request import Request
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -146,9 +171,6 @@ def _main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.live and (args.field or args.family):
-        from lora_sched.bench.live_field import FAMILY_REPEAT, ROUNDS, main_live_field
-        from lora_sched.bench.simulate import SEED_PROMPTS
-
         if args.family_repeat is None:
             args.family_repeat = FAMILY_REPEAT
         if args.live_prompts is None:
@@ -157,8 +179,6 @@ def _main(args: argparse.Namespace) -> int:
             args.live_rounds = ROUNDS
         return main_live_field(args)
     if args.live:
-        from lora_sched.bench.live import main_live
-
         if args.live_prompts is None:
             args.live_prompts = LIVE_PROMPTS
         if args.live_rounds is not None and args.live_rounds != 1:
@@ -168,10 +188,8 @@ def _main(args: argparse.Namespace) -> int:
     if args.optimum:
         return main_optimum(args, out)
     if args.online:
-        from lora_sched.bench.online import report
-        return report(out)
+        return online_report(out)
     if args.realistic:
-        from lora_sched.bench.realistic import report as realistic_report
         return realistic_report(out, large=args.large, plots=not args.no_plots)
     if args.adversarial or args.frontier:
         return main_search(args, out)
@@ -179,7 +197,6 @@ def _main(args: argparse.Namespace) -> int:
     report: dict = {"cost_model": DEFAULT.to_dict(), "seed": SEED_ROWS}
     model = DEFAULT
     if args.calibrate:
-        from lora_sched.bench.simulate import calibrate
         progress("calibrating the cost model on the seed's PR row ...")
         model = calibrate()
         report["cost_model"] = model.to_dict()
@@ -252,7 +269,6 @@ def _main(args: argparse.Namespace) -> int:
               f"{fire if fire is not None else 'none in the sweep'}")
 
     if args.speed:
-        from lora_sched.bench.refspeed import compare, describe
         progress("reference speed: importing vLLM and timing its Scheduler ...")
         ref, vl = compare(cfg, reqs)
         report["speed"] = {"reference": {"steps": ref.steps, "seconds": ref.seconds,
@@ -278,16 +294,11 @@ def _main(args: argparse.Namespace) -> int:
 
 def main_search(args: argparse.Namespace, out: Path) -> int:
     """`--adversarial` and/or `--frontier` (`bench.adversarial`, `bench.frontier`)."""
-    from lora_sched.bench.adversarial import print_rows, search
-    from lora_sched.bench.families import FAMILY_DIR, FamilyError, all_families
-    from lora_sched.bench.frontier import frontier, print_table
-
     t_start = time.perf_counter()
     fam_dir = Path(args.families_dir) if args.families_dir else FAMILY_DIR
     report: dict = {"command": "bench", "seed": args.seed}
     progress(f"seed {args.seed}, families in {fam_dir}")
     if args.adversarial:
-        from lora_sched.bench.adversarial import SEARCH_POLICIES
         pols = tuple(args.search_policies.split(",")) if args.search_policies else SEARCH_POLICIES
         objs = tuple(args.objectives.split(",")) if args.objectives else None
         unknown = [p for p in pols if p not in SEARCH_POLICIES] + \
@@ -297,7 +308,6 @@ def main_search(args: argparse.Namespace, out: Path) -> int:
             return 2
         seed: int | str = int(args.seed) if args.seed.isdigit() else args.seed
         if args.goals:
-            from lora_sched.bench.adversarial import goal_rows, print_goals
             try:
                 goals = goal_rows(fam_dir)
             except FamilyError as exc:
@@ -306,11 +316,9 @@ def main_search(args: argparse.Namespace, out: Path) -> int:
             report["goals"] = goals
             print_goals(goals)
         elif args.reevaluate:
-            from lora_sched.bench.adversarial import reevaluate
             rows = [reevaluate(p) for p in sorted(fam_dir.glob("adv-*.json"))
                     if "found_against" in json.loads(p.read_text()).get("found_by", {})]
         else:
-            from lora_sched.bench.adversarial import widened
             with widened(args.max_requests, args.max_arrival):
                 rows = search(pols, iters=args.iters, restarts=args.restarts, seed=seed, out_dir=fam_dir,
                               objectives=objs, suffix=args.suffix, space=args.space,
@@ -346,10 +354,6 @@ def main_search(args: argparse.Namespace, out: Path) -> int:
 def main_optimum(args: argparse.Namespace, out: Path) -> int:
     """`--optimum POLICY`: the policy's worst small instance, and the best schedule
     of it under each wait bound (`bench.optimum`)."""
-    from lora_sched.bench.optimum import gap_table, small_adversarial
-    from lora_sched.spec.config import Config
-    from lora_sched.spec.request import Request
-
     if args.optimum not in ("fair", "drainer", "timeslice", "vtc"):
         print(f"error: --optimum: unknown policy {args.optimum!r}")
         return 2

@@ -20,6 +20,7 @@ import json
 import random
 from pathlib import Path
 
+from lora_sched.bench.sweeps import tuning_workloads
 from lora_sched.spec.config import Config, ConfigError
 from lora_sched.spec.request import Request
 
@@ -88,8 +89,6 @@ def load(path: Path) -> tuple[str, Config, list[Request], dict]:
 
 def coded_families() -> dict[str, tuple[Config, list[Request]]]:
     """The families built by code: the tuning set (seed shapes, the stream) and the known family."""
-    from lora_sched.bench.sweeps import tuning_workloads
-
     fams = dict(tuning_workloads())
     fams["known max_loras 1 (issue 11)"] = known_family()
     return fams

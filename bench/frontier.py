@@ -7,7 +7,7 @@ the drainer's wait threshold, the time slice's length; `vtc` and `vllm` have
 none), one simulated run gives
 
 - `ratio`: request throughput relative to `vllm` on the same family, from the
-  cost model (`bench.costmodel`, seconds per step from the batch);
+  cost model (`policy.costmodel`, seconds per step from the batch);
 - `ratio_steps`: the same in steps to drain (vllm's steps / the policy's);
 - `wait`: the worst wait (steps from arrival to first admission).
 
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from lora_sched.bench.costmodel import DEFAULT, CostModel
 from lora_sched.bench.simulate import progress, simulate_policy
+from lora_sched.policy.costmodel import DEFAULT, CostModel
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
 

@@ -33,12 +33,18 @@ from pathlib import Path
 from lora_sched.bench.popularity import tail_head_ratio
 from lora_sched.bench.simulate import progress
 from lora_sched.bench.table import ROWS, table
-from lora_sched.policy.driver import Workload
+from lora_sched.conformance.assets import ensure_assets
+from lora_sched.conformance.cli import check
+from lora_sched.policy.check import observe_trace
+from lora_sched.policy.costmodel import SEED_BLOCKING, SEED_PR
+from lora_sched.policy.driver import Workload, run
 from lora_sched.policy.fair import FairHolds
+from lora_sched.policy.scenarios import Scenario
 from lora_sched.spec.config import POLICIES, Config
+from lora_sched.spec.observe import Observer
 from lora_sched.spec.properties import StepView
 from lora_sched.spec.request import Request
-from lora_sched.spec.trace import Trace
+from lora_sched.spec.trace import Abort, Trace, read_trace
 
 LIVE_PROMPTS = 200
 LIVE_OUTPUT = 32
@@ -70,10 +76,6 @@ def trace_summary(path: Path) -> dict:
     steps, and how many depends on the machine, so two servers' step counts
     compare different arrivals; the policy's busy steps against vllm's on
     the trace's own arrivals compare the rules alone."""
-    from lora_sched.spec.check import observe_trace
-    from lora_sched.spec.observe import Observer
-    from lora_sched.spec.trace import read_trace
-
     trace = read_trace(path, allow_truncated_tail=True)
     steps = trace.steps()
     first: dict[str, int] = {}
@@ -104,9 +106,6 @@ def trace_summary(path: Path) -> dict:
 def _vllm_same_arrivals(trace: Trace) -> tuple[int, dict[str, int]] | None:
     """Busy steps and waits of the reference `vllm` on the trace's requests and
     arrival steps (aborts are not replayed: None when the trace has any, or is cut)."""
-    from lora_sched.policy.driver import run
-    from lora_sched.spec.trace import Abort
-
     if not trace.complete or any(isinstance(e, Abort) for e in trace.events):
         return None
     res = run(replace(trace.config, policy="vllm"), Workload(list(trace.requests().values())))
@@ -181,9 +180,7 @@ def run_policy(policy: str, cfg: Config, args, model: str, modules: list[str], o
     With `rounds` > 1 the client runs that many times, one after the other, on
     the same server; the result reported is the round with the median request
     throughput (each round's is kept), the trace covers every round."""
-    from lora_sched.conformance.cli import check
     from lora_sched.conformance.server import LiveServer, log_tail
-    from lora_sched.policy.scenarios import Scenario
 
     scenario = Scenario(f"bench-{tag}{policy}", replace(cfg, policy=policy), Workload([]),
                         "the seed's benchmark on the tiny model, vLLM's client, rate inf")
@@ -237,9 +234,6 @@ def run_policy(policy: str, cfg: Config, args, model: str, modules: list[str], o
 
 
 def main_live(args) -> int:  # noqa: ANN001 - argparse.Namespace
-    from lora_sched.bench.costmodel import SEED_BLOCKING, SEED_PR
-    from lora_sched.conformance.assets import ensure_assets
-
     t_start = time.monotonic()
     out = Path(args.out) / "live"
     out.mkdir(parents=True, exist_ok=True)

@@ -53,8 +53,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lora_sched.bench.families import all_families
 from lora_sched.bench.live import client_command, live_config, run_policy
+from lora_sched.bench.realistic import LIVE_CONFIG, live_requests
 from lora_sched.bench.simulate import progress
+from lora_sched.conformance.assets import ensure_assets
 from lora_sched.spec.config import IN_VLLM, Config
 from lora_sched.spec.request import Request
 
@@ -93,14 +96,11 @@ def workload(name: str, *, starvation_steps: int, repeat: int) -> LiveWorkload:
         return LiveWorkload(SEED, live_config(starvation_steps),
                             "the seed's shape: random prompts, 8 adapters at random, max_loras 4", None)
     if name == REALISTIC:
-        from lora_sched.bench.realistic import LIVE_CONFIG, live_requests
-
         reqs = live_requests()
         cfg = Config(**LIVE_CONFIG, block_size=BLOCK_SIZE, starvation_steps=starvation_steps)
         return LiveWorkload(REALISTIC, cfg, f"{len(reqs)} requests, Zipf 1.5 over 8 adapters, max_loras "
                             f"{cfg.max_loras}, {cfg.max_num_seqs} seats, Poisson at {REALISTIC_RATE:g} req/s",
                             reqs, REALISTIC_RATE)
-    from lora_sched.bench.families import all_families
 
     fams = all_families()
     if name not in fams:
@@ -198,8 +198,6 @@ def print_table(name: str, about: str, rows: dict[str, dict]) -> None:
 
 
 def main_live_field(args) -> int:  # noqa: ANN001 - argparse.Namespace
-    from lora_sched.conformance.assets import ensure_assets
-
     t_start = time.monotonic()
     names = list(args.family or FIELD_FAMILIES)
     policies = [p for p in (args.live_policies or ",".join(FIELD_POLICIES)).split(",") if p]

@@ -45,7 +45,7 @@ assumed: `replay` walks each policy's own run through it and must get its
 steps, its seconds and its worst wait exactly (`tests/test_online.py`).
 
 Measures: `steps` (to drain, the model's unit) and `seconds` (the frontier's
-cost model, `bench.costmodel`: its `duration_s`, so its throughput ratio).
+cost model, `policy.costmodel`: its `duration_s`, so its throughput ratio).
 A completion counts as dominated only when a field point waits strictly
 less and is faster by more than `bench.frontier.RATIO_TIE` (relative), so
 ties count in the completion's favour.
@@ -74,10 +74,11 @@ from dataclasses import asdict, dataclass, field, replace
 from itertools import combinations, product
 from pathlib import Path
 
-from lora_sched.bench.costmodel import DEFAULT, CostModel, StepFeatures
+from lora_sched.bench.families import FAMILY_DIR, load
 from lora_sched.bench.frontier import DEFAULT_KNOB, FRONTIER_POLICIES, KNOBBED, KNOBS, RATIO_TIE
 from lora_sched.bench.optimum import AbstractionError, inside_abstraction
 from lora_sched.bench.simulate import progress, simulate_policy
+from lora_sched.policy.costmodel import DEFAULT, CostModel, StepFeatures
 from lora_sched.policy.driver import RunResult
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
@@ -319,8 +320,6 @@ def pair_split(x: list[Request], y: list[Request]) -> int:
 
 
 def load_pair(pair: tuple[str, str] = PAIRS[0]) -> tuple[Config, list[Request], list[Request], int]:
-    from lora_sched.bench.families import FAMILY_DIR, load
-
     _, cfg_x, x, _ = load(FAMILY_DIR / f"{pair[0]}.json")
     _, cfg_y, y, _ = load(FAMILY_DIR / f"{pair[1]}.json")
     if cfg_x != cfg_y:

@@ -76,6 +76,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
+
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 FORMAT = "lora-sched-overhead"
@@ -171,7 +174,6 @@ class Runner:
 
     def add(self, adapter: int, max_tokens: int) -> None:
         from lora_sched.conformance.inprocess import _vllm_request
-        from lora_sched.spec.request import Request
 
         rid = f"r{self.next_id}"
         self.sched.add_request(_vllm_request(Request(rid, adapter, PROMPT, max_tokens, 0), self.next_id))
@@ -261,7 +263,6 @@ class Runner:
 def build(entry: Entry, cell: Cell, *, starvation_steps: int, seed: int) -> Runner:
     """`entry`'s class configured for `cell`, built as `conformance.inprocess` builds vLLM's."""
     from lora_sched.conformance.inprocess import make_scheduler
-    from lora_sched.spec.config import Config
 
     per_request = -(-(PROMPT + OUTPUT[1]) // BLOCK_SIZE)
     cfg = Config(max_loras=cell.max_loras, max_num_seqs=RUNNING, max_num_batched_tokens=BUDGET,
@@ -321,7 +322,8 @@ def run_grid(cells: Sequence[Cell], *, steps: int, warmup: int, starvation_steps
              cell_seconds: float = 0.0, broken_refill: bool = False, log: Any = None) -> dict[str, Any]:
     """Every cell, every class; the results as the JSON `--out` writes."""
     import vllm
-    from lora_sched.conformance.recorder import TRACE_ENV
+
+    from lora_sched.recorder import TRACE_ENV
 
     if os.environ.pop(TRACE_ENV, None) is not None and log:
         log(f"overhead: {TRACE_ENV} unset (recording would be timed)")
@@ -445,7 +447,6 @@ def main(args: argparse.Namespace) -> int:
     waiting = pick(args.waiting, "waiting", WAITING)
     adapters = pick(args.adapters, "adapters", ADAPTERS)
     max_loras = pick(args.max_loras, "max_loras", MAX_LORAS)
-    from lora_sched.spec.config import Config
 
     s = args.starvation_steps
     s = s if s is not None else (QUICK["starvation_steps"] if quick else Config().starvation_steps)

@@ -12,6 +12,7 @@ import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from lora_sched.bench.frontier import DEFAULT_KNOB, KNOBBED
 from lora_sched.bench.simulate import PolicyRun  # noqa: E402
 
 COLORS = {"blocking": "tab:red", "vllm": "tab:blue", "fair": "tab:green", "drainer": "tab:orange",
@@ -131,8 +132,6 @@ def live(runs: dict[str, dict], path: Path) -> Path:
 def frontier(result: dict[str, list[dict]], path: Path) -> Path:
     """Per family: worst wait (x, log) against throughput vs vllm (y), one colour
     per policy, its knob values joined by a line; a ring marks the default knob."""
-    from lora_sched.bench.frontier import DEFAULT_KNOB, KNOBBED
-
     names = list(result)
     cols = 3
     rows = -(-len(names) // cols)

@@ -19,7 +19,7 @@ the seats serve, since a slot changes hands only when its adapter drains.
 `seats`: `max_num_seqs / E[output]` requests a step, what the seats serve
 when every request finds a slot; there, with few slots, the popular
 adapters keep theirs and the rest queue for one (the starvation regime of
-vLLM #16876). A load of 1.0 is an arrival rate equal to the unit. Time is in scheduler steps; `bench.costmodel`
+vLLM #16876). A load of 1.0 is an arrival rate equal to the unit. Time is in scheduler steps; `policy.costmodel`
 turns steps into seconds.
 
 Measures (per policy, per workload; `measure`):
@@ -45,7 +45,9 @@ from pathlib import Path
 
 import numpy as np
 from lora_sched.bench.popularity import tail_head_ratio
+from lora_sched.bench.simulate import simulate_policy
 from lora_sched.bench.tailhead import report as conflicts
+from lora_sched.policy.driver import Workload, run
 from lora_sched.policy.fair import observed_bound
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
@@ -111,8 +113,6 @@ def capacity(spec: Spec) -> float:
     """Requests per step `vllm` completes on the mix when all of it arrives at
     step 1 (cached per spec)."""
     if spec not in _CAPACITY:
-        from lora_sched.policy.driver import Workload, run
-
         burst = [Request(f"q{i}", a, p, o, 1) for i, (a, p, o) in enumerate(_mix(spec))]
         _CAPACITY[spec] = len(burst) / run(spec.config(), Workload(burst), policy="vllm").last_step
     return _CAPACITY[spec]
@@ -206,8 +206,6 @@ def label(point: tuple[str, int | None]) -> str:
 def measure(spec: Spec, point: tuple[str, int | None]) -> dict:
     """One simulated run of `point` on `spec`, with the module docstring's measures
     (throughput ratios are filled in by `run_grid`, against vllm's run)."""
-    from lora_sched.bench.simulate import simulate_policy
-
     policy, knob = point
     reqs = workload(spec)
     cfg = spec.config() if knob is None else spec.config(starvation_steps=knob)

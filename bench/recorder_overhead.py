@@ -6,7 +6,7 @@ one token per request not mid-prefill) through the same workload in four
 ways, each timed over `schedule()` + `update_from_output()` only:
 
 - `plain`: vLLM's `Scheduler` class itself;
-- `off`: the recording class (`conformance.recorder.RecordingScheduler`)
+- `off`: the recording class (`lora_sched.recorder.RecordingScheduler`)
   with no trace open;
 - `on`: recording to a plain JSONL file, flushed every line (the default);
 - `on-gz`: recording into gzip segments rotated by size

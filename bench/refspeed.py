@@ -24,6 +24,7 @@ import argparse
 import time
 from dataclasses import dataclass
 
+from lora_sched.bench.simulate import SEED_PROMPTS, seed_config, seed_requests
 from lora_sched.policy.driver import Workload, run
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
@@ -108,8 +109,6 @@ def describe(ref: Speed, vl: Speed) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lora_sched.bench.simulate import SEED_PROMPTS, seed_config, seed_requests
-
     p = argparse.ArgumentParser(prog="python -m lora_sched.bench.refspeed", description=__doc__.splitlines()[0])
     p.add_argument("--prompts", type=int, default=SEED_PROMPTS, help="requests of the seed-shaped workload")
     p.add_argument("--repeat", type=int, default=3, help="best of this many runs on each side")

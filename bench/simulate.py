@@ -2,7 +2,7 @@
 
 Why simulate: the seed's table was measured on a GPU we do not have. The
 reference policies reproduce vLLM's scheduling decisions step by step; the
-cost model (`bench.costmodel`) turns each step into seconds. From the
+cost model (`policy.costmodel`) turns each step into seconds. From the
 per-request token timeline we compute exactly the result block vLLM's
 `benchmarks/benchmark_serving.py` prints, with its definitions:
 
@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from lora_sched.bench.costmodel import DEFAULT, SEED_PR, CostModel, StepFeatures, fit
+from lora_sched.policy.costmodel import DEFAULT, SEED_PR, CostModel, StepFeatures, fit
 from lora_sched.policy.driver import RunResult, Workload, run
 from lora_sched.policy.workloads import seed_mix
 from lora_sched.spec.config import Config
@@ -288,7 +288,7 @@ class FastBlock:
 
 
 def calibrate(reqs: list[Request] | None = None, config: Config | None = None) -> CostModel:
-    """Refit the cost model on the seed workload under `vllm` (see bench.costmodel)."""
+    """Refit the cost model on the seed workload under `vllm` (see policy.costmodel)."""
     reqs = reqs if reqs is not None else seed_requests()
     config = config or seed_config()
     result = run(config, Workload(list(reqs)), policy="vllm")

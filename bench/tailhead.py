@@ -38,7 +38,7 @@ import random
 from dataclasses import dataclass, replace
 from itertools import combinations
 
-from lora_sched.bench.optimum import check_abstraction, inside_abstraction
+from lora_sched.bench.optimum import AbstractionError, check_abstraction, inside_abstraction
 from lora_sched.bench.popularity import head_tail, tail_head_ratio
 from lora_sched.policy.driver import Workload, run
 from lora_sched.spec.cap import cap_blocks
@@ -245,8 +245,6 @@ def gap_score(cfg: Config, reqs: list[Request], *, floor: float = 0.9, slack: in
     throughput (and, when `capped`, max wait <= vllm's), where vllm's tail/head exceeds 3 on a
     `popular` instance long enough that `floor` leaves at least `slack` steps;
     0 elsewhere (and outside the abstraction, or too large to search)."""
-    from lora_sched.bench.optimum import AbstractionError
-
     if not popular(reqs, cfg.max_loras):
         return 0.0
     try:

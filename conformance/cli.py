@@ -3,7 +3,7 @@
 Live (default): generate or reuse the tiny model and adapters, start vLLM's
 OpenAI server on 127.0.0.1 with the policy's recording scheduler class, drive
 the scenario through the HTTP API, stop the server and everything it started,
-then check the recorded trace: every property (`spec.check`) and the replay
+then check the recorded trace: every property (`policy.check`) and the replay
 through the reference (`policy.replay`). `--in-process` drives vLLM's
 scheduler class directly instead. Exit 0 only when everything holds.
 """
@@ -16,8 +16,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from lora_sched.conformance.assets import ensure_assets
+from lora_sched.policy import claims
+from lora_sched.policy.check import check_trace, format_report
 from lora_sched.policy.scenarios import SCENARIOS, VICTIM, Scenario
 from lora_sched.spec.config import IN_VLLM
+from lora_sched.spec.trace import TraceError, read_trace
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,10 +44,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def check(trace_path: Path, policy: str, scenario: Scenario) -> tuple[bool, list[str]]:
     """Properties and replay of a (possibly partial) trace; report lines."""
-    from lora_sched.policy import claims
-    from lora_sched.spec.check import check_trace, format_report
-    from lora_sched.spec.trace import TraceError, read_trace
-
     try:
         trace = read_trace(trace_path, allow_truncated_tail=True)
     except TraceError as exc:
@@ -106,8 +106,6 @@ def _live(args: argparse.Namespace, scenario: Scenario, trace_path: Path, out: P
         model = args.model
         modules = list(args.lora_module)
     else:
-        from lora_sched.conformance.assets import ensure_assets
-
         assets = ensure_assets(max(1, n))
         model = str(assets.model)
         modules = list(args.lora_module) or assets.lora_modules()
@@ -136,8 +134,6 @@ def _live(args: argparse.Namespace, scenario: Scenario, trace_path: Path, out: P
     ok, lines = check(trace_path, args.policy, scenario)
     print("\n".join(lines))
     if died is not None:
-        from lora_sched.spec.trace import read_trace
-
         try:
             last = max((r.step for r in read_trace(trace_path, allow_truncated_tail=True).steps()), default=0)
         except Exception:  # noqa: BLE001

@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import os
 
+# Quiet the vLLM this module drives (read when vLLM is first imported). The whole
+# process inherits it, a live server it starts later included: tools that may also
+# start one import this module only in the function that drives vLLM in-process.
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 import random
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from lora_sched.conformance.assets import ensure_assets
 from lora_sched.policy.driver import Workload
 from lora_sched.policy.replay import ReplayResult, replay
 from lora_sched.spec import releases
@@ -37,7 +41,7 @@ MAX_MODEL_LEN = 2048
 
 def _scheduler_classes(policy: str) -> tuple[type, type]:
     if policy == "vllm":
-        from lora_sched.conformance.recorder import AsyncRecordingScheduler, RecordingScheduler
+        from lora_sched.recorder import AsyncRecordingScheduler, RecordingScheduler
         return RecordingScheduler, AsyncRecordingScheduler
     from lora_sched.scheduler import CLASSES
     return CLASSES[policy]
@@ -61,7 +65,6 @@ def make_scheduler(cfg: Config, policy: str | None = None, *, model: str | None 
 
     policy = policy or cfg.policy
     if model is None:
-        from lora_sched.conformance.assets import ensure_assets
         model = str(ensure_assets(0).model)
     max_len = MAX_MODEL_LEN
     if not cfg.chunked_prefill:
@@ -176,7 +179,7 @@ def run_workload(cfg: Config, workload: Workload, trace_path: str | os.PathLike[
     plenty = sum(-(-(r.prompt_tokens + r.max_tokens) // cfg.block_size) for r in workload.requests) + 1
     sched = make_scheduler(cfg, policy, plenty_blocks=plenty, scheduler_class=scheduler_class)
     sched.start_recording(trace_path, async_scheduling=cfg.async_scheduling)
-    from lora_sched.conformance.recorder import installed_release
+    from lora_sched.recorder import installed_release
     cadence_by_engine = (releases.get(installed_release()).prefill_cadence == "dp_engine"
                          if engine_cadence is None else engine_cadence)
     arrivals = sorted(workload.requests, key=lambda r: r.arrival)

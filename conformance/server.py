@@ -28,11 +28,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lora_sched.conformance.recorder import TRACE_ENV
 from lora_sched.policy.scenarios import Scenario
 
+from lora_sched.recorder import TRACE_ENV
+
 SCHEDULER_CLASSES = {
-    "vllm": "lora_sched.conformance.recorder.RecordingScheduler",
+    "vllm": "lora_sched.recorder.RecordingScheduler",
     "blocking": "lora_sched.scheduler.BlockingScheduler",
     "fair": "lora_sched.scheduler.FairScheduler",
     "drainer": "lora_sched.scheduler.DrainerScheduler",

@@ -15,11 +15,12 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from lora_sched.fuzz.campaign import Options, run_campaign
+
 
 def measure(workers: int, count: int, seed: int) -> dict:
     """The run entry of one campaign on a fresh local Ray (workloads/s, startup, worker ms per workload)."""
     import ray
-    from lora_sched.fuzz.campaign import Options, run_campaign
 
     with tempfile.TemporaryDirectory() as d:
         rep = run_campaign(Options(count=count, workers=workers, seed=seed, shrink=False, progress_every=30.0),

@@ -26,7 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lora_sched.conformance.assets import ensure_assets
 from lora_sched.fuzz.findings import Finding, Findings, write_finding
+from lora_sched.fuzz.runner import Failure, default_trace_path, run_case
+from lora_sched.fuzz.shrink import shrink
+from lora_sched.fuzz.space import FuzzCase, generate
+from lora_sched.policy.driver import Workload
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
 
 REPORT = "report.json"
 FORMAT = "lora-sched-fuzz-report"
@@ -112,12 +119,6 @@ class Report:
 
 def warm_up(trace: Path) -> None:
     """Import vLLM and build one scheduler (seconds), so that a worker is ready when it says so."""
-    from lora_sched.fuzz.runner import run_case
-    from lora_sched.fuzz.space import FuzzCase
-    from lora_sched.policy.driver import Workload
-    from lora_sched.spec.config import Config
-    from lora_sched.spec.request import Request
-
     run_case(FuzzCase(-1, Config(), Workload([Request("warm-up", 0, 1, 1, 1)]), "vllm"), trace)
 
 
@@ -130,8 +131,6 @@ def _worker_class():
 
         def __init__(self) -> None:
             os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-            from lora_sched.conformance.assets import ensure_assets
-            from lora_sched.fuzz.runner import default_trace_path
 
             ensure_assets(0)
             self.trace = default_trace_path()
@@ -145,9 +144,6 @@ def _worker_class():
             return f"{socket.gethostname()}:{os.getpid()}:{ray.get_runtime_context().get_node_id()[:8]}"
 
         def run_range(self, lo: int, hi: int, replay_against: str | None) -> dict[str, Any]:
-            from lora_sched.fuzz.runner import Failure, run_case
-            from lora_sched.fuzz.space import generate
-
             t0, c0 = time.perf_counter(), time.process_time()
             failures: list[tuple[int, dict[str, Any]]] = []
             features: Counter = Counter()
@@ -165,10 +161,6 @@ def _worker_class():
 
         def shrink(self, seed: int, signature: str, replay_against: str | None, max_runs: int,
                    max_seconds: float) -> dict[str, Any]:
-            from lora_sched.fuzz.runner import default_trace_path, run_case
-            from lora_sched.fuzz.shrink import shrink
-            from lora_sched.fuzz.space import generate
-
             case = generate(seed, reference=replay_against)
             deadline = time.monotonic() + max_seconds
 
@@ -239,7 +231,6 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
         log(f"resuming {path}: {report.workloads} workloads done, {len(report.findings)} findings")
     else:
         report = Report(opts.seed, opts.replay_against, _vllm_version())
-    from lora_sched.conformance.assets import ensure_assets
 
     ensure_assets(0)  # once here, so that local workers never race to generate it
     workers = _init_ray(opts)
@@ -322,8 +313,6 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
                 shrinking.discard(info)
                 f.status, f.shrink_runs = r["status"], r["runs"]
                 if r["status"] == "shrunk":
-                    from lora_sched.fuzz.space import FuzzCase
-
                     f.minimal, f.minimal_message = r["case"], r["message"]
                     write_finding(out, f, FuzzCase.from_json(r["case"]), r["trace"], report.vllm)
                     log(f"fuzz: shrunk {f.signature} to {len(r['case']['requests'])} request(s) "

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lora_sched.fuzz.space import FuzzCase
-from lora_sched.spec.check import observe_trace
+from lora_sched.policy.check import observe_trace
 from lora_sched.spec.observe import Observer
 from lora_sched.spec.trace import Step, Trace, read_trace
 

@@ -24,7 +24,8 @@ from pathlib import Path
 from lora_sched.conformance.inprocess import Stuck, run_workload
 from lora_sched.fuzz.space import THROTTLE, THROTTLE_FIELD, FuzzCase
 from lora_sched.policy import claims
-from lora_sched.spec.check import check_trace
+from lora_sched.policy.check import check_trace
+from lora_sched.policy.replay import replay
 from lora_sched.spec.trace import TraceError, read_trace
 
 
@@ -114,8 +115,6 @@ def run_case(case: FuzzCase, trace_path: str | os.PathLike[str] | None = None) -
 
 
 def _replay(trace, reference: str):
-    from lora_sched.policy.replay import replay
-
     return replay(trace, reference)
 
 

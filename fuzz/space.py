@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from lora_sched.conformance.inprocess import MAX_MODEL_LEN
-from lora_sched.policy.driver import Workload
+from lora_sched.policy.driver import Workload, run
 from lora_sched.spec.config import Config, ConfigError
 from lora_sched.spec.request import Request, RequestError
 from lora_sched.spec.state import blocks_for
@@ -151,8 +151,6 @@ def _requests(rng: random.Random, cfg: Config, n_adapters: int) -> list[Request]
 
 def _admissions(cfg: Config, requests: list[Request]) -> dict[str, int | None]:
     """First admission step of each request in the reference's run (no aborts)."""
-    from lora_sched.policy.driver import run
-
     try:
         return run(cfg, Workload(requests), max_steps=20_000).first_admitted()
     except (ValueError, RuntimeError):

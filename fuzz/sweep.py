@@ -12,6 +12,9 @@ printed as checks finish. Exit codes as `lora-sched prove`: 0 when every
 verdict is the expected one, 1 on an unexpected verdict, 2 on unknown /
 timeout / failed induction. Ray: a local instance on 127.0.0.1, or the
 cluster named by `RAY_ADDRESS`.
+
+`lora-sched prove --sweep` reaches `main` through the dispatcher
+(`lora_sched.cli.MODES`), with the arguments `proofs.cli` declares.
 """
 
 from __future__ import annotations

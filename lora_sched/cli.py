@@ -1,9 +1,11 @@
 """`lora-sched`: one console script, one subcommand per concept.
 
-Each subcommand lives beside the concept it runs (`spec.check`, `proofs.cli`,
+Each subcommand lives beside the concept it runs (`policy.check`, `proofs.cli`,
 `conformance.cli`, `bench.cli`, `fuzz.cli`) and exposes `add_arguments(parser)` and
 `main(args) -> int`; this module only dispatches, importing lazily so that
-`lora-sched check` does not pay for Z3 or vLLM.
+`lora-sched check` does not pay for Z3 or vLLM. A mode of a command that a
+package above the command's own runs is dispatched here too (`MODES`), so that
+the package below never imports the one above.
 """
 
 from __future__ import annotations
@@ -22,12 +24,18 @@ EXTRA_OF = {
 
 COMMANDS = {
     "simulate": ("lora_sched.policy.simulate", "run a workload through a reference policy and write a trace"),
-    "check": ("lora_sched.spec.check", "validate every property on a trace; with --policy, replay it"),
+    "check": ("lora_sched.policy.check", "validate every property on a trace; with --policy, replay it"),
     "prove": ("lora_sched.proofs.cli", "Z3: bounded model checking, k-induction, worst-case wait"),
     "conform": ("lora_sched.conformance.cli", "run vLLM (live or in-process) and check it against the reference"),
     "bench": ("lora_sched.bench.cli", "benchmark the three policies (simulated, or --live on vLLM)"),
     "fuzz": ("lora_sched.fuzz.cli", "a fuzz campaign of vLLM's scheduler against the spec, on Ray"),
     "view": ("lora_sched.view.cli", "draw a trace or counterexample as a timeline (HTML or PNG)"),
+}
+
+# (command, flag) -> the module whose `main(args)` runs the command when the flag is set.
+# `prove --sweep` is proofs' catalogue as Ray tasks: fuzz runs it (fuzz imports proofs, never back).
+MODES = {
+    ("prove", "sweep"): "lora_sched.fuzz.sweep",
 }
 
 
@@ -44,7 +52,11 @@ def main(argv: list[str] | None = None) -> int:
                 modules[name] = importlib.import_module(module)
                 modules[name].add_arguments(p)
         args = parser.parse_args(argv)
-        return int(modules[args.command].main(args) or 0)
+        runner = modules[args.command]
+        for (command, flag), module in MODES.items():
+            if command == args.command and getattr(args, flag, False):
+                runner = importlib.import_module(module)
+        return int(runner.main(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -45,7 +45,7 @@ the supported range, instead of running a silently different scheduler.
 
 Every class records a `lora-sched-trace` of every step when the engine
 process has `LORA_SCHED_TRACE=PATH` in its environment
-(`conformance.recorder`), and is otherwise inert, so live conformance and
+(`lora_sched.recorder`), and is otherwise inert, so live conformance and
 the live benchmark run exactly the classes users deploy.
 
 `starvation_steps` (S of `policy.fair`, the drainer's wait threshold, the
@@ -73,9 +73,9 @@ from vllm.v1.core.sched.request_queue import PriorityRequestQueue, RequestQueue
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
-from lora_sched.conformance.recorder import RecorderMixin, config_of
 from lora_sched.policy import make_gate
 from lora_sched.policy.gate import Decision, Gate, ScanContext
+from lora_sched.recorder import RecorderMixin, config_of
 from lora_sched.spec import releases
 from lora_sched.spec.cap import cap_blocks
 from lora_sched.spec.config import Config

@@ -36,6 +36,7 @@ from dataclasses import replace
 
 from lora_sched.proofs import encoding as enc
 from lora_sched.proofs import engine
+from lora_sched.proofs import unbounded as ub
 from lora_sched.proofs.checks import ASYNC_THROTTLE, fair_B
 
 BIG = enc.Bounds(requests=8, adapters=3, max_prompt=2, max_output=2, max_loras=(2, 2), max_num_seqs=(1, 4),
@@ -117,8 +118,6 @@ def kv_priority(a: argparse.Namespace) -> None:
 
 def unbounded(a: argparse.Namespace) -> None:
     """The any-size proofs (`proofs.unbounded`): seconds per model, sat traces."""
-    from lora_sched.proofs import unbounded as ub
-
     ub.benchmark()
 
 

@@ -2,7 +2,7 @@
 
 A counterexample is turned into a `policy.driver.Workload` (requests with
 arrival steps, aborts, skipped running requests) and replayed through the
-Python reference; `spec.observe.Observer` (via `spec.check.check_trace`) must
+Python reference; `spec.observe.Observer` (via `policy.check.check_trace`) must
 report the same violation. That is the "one source of truth" rule.
 """
 
@@ -16,6 +16,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import z3
+from lora_sched.policy import make_gate
+from lora_sched.policy.check import check_trace
+from lora_sched.policy.core import Scheduler
+from lora_sched.policy.driver import Workload, run
+from lora_sched.policy.fair import fair_bound
 from lora_sched.proofs.unroll import Path
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
@@ -47,8 +52,6 @@ class Cex:
         """The workload; with `truncate`, every request is aborted right after
         the last step of the trace, so that the reference stops there (what
         happens later is not part of the counterexample)."""
-        from lora_sched.policy.driver import Workload
-
         reqs = [Request(r["id"], r["adapter"], r["prompt_tokens"], r["max_tokens"], r["arrival"],
                         r.get("priority", 0)) for r in self.requests]
         aborts = dict(self.aborts)
@@ -212,10 +215,7 @@ class ReplayOutcome:
 
 def replay(cex: Cex) -> ReplayOutcome:
     """Run the counterexample's workload through `policy.driver.run` and judge
-    it with `spec.check.check_trace` (the Observer) or the waits."""
-    from lora_sched.policy.driver import run
-    from lora_sched.spec.check import check_trace
-
+    it with `policy.check.check_trace` (the Observer) or the waits."""
     with tempfile.TemporaryDirectory() as d:
         trace = os.path.join(d, "cex.jsonl")
         res = run(cex.config_obj(), cex.workload(truncate=cex.property != "bounded_wait"), trace_path=trace)
@@ -286,11 +286,6 @@ def replay_lasso(cex: Cex, periods: int) -> LassoOutcome:
     (waiting and running in order: adapter, lengths, progress, victim or not)
     and that the victim is still waiting; compare its wait with fair's B for
     the configuration and the observed Q, and run `fair` on the same workload."""
-    from lora_sched.policy import make_gate
-    from lora_sched.policy.core import Scheduler
-    from lora_sched.policy.driver import Workload, run
-    from lora_sched.policy.fair import fair_bound
-
     k1, k2 = cex.extra["loop"]
     victim = cex.extra["victim"]
     reqs = lasso_workload(cex, periods)

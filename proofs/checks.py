@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 
 from lora_sched.policy.fair import fair_bound
 from lora_sched.proofs import encoding as enc
-from lora_sched.proofs import engine
+from lora_sched.proofs import engine, unbounded
 from lora_sched.proofs.cex import replay_lasso
 from lora_sched.spec.config import Config
 
@@ -99,8 +99,6 @@ def default_checks(bounds: enc.Bounds, depth: int) -> list[Check]:
 
 def run_check(c: Check, progress: engine.Progress | None = None, timeout_ms: int = 120_000) -> engine.Result:
     if c.method == "unbounded":
-        from lora_sched.proofs import unbounded
-
         return unbounded.manifest_result(c.policy, c.property, skip=c.bounds.skip, timeout_ms=timeout_ms)
     if c.method == "kind":
         return engine.kinduction(c.bounds, c.policy, c.property, c.depth, timeout_ms=timeout_ms, progress=progress)

@@ -14,6 +14,10 @@ drifts, 1 on any drift (`proofs.manifest.drift`).
 `proofs.mutants` instead, one timed line per mutant: exit 1 if a mutant
 survives (or a check's baseline fails), 2 on an unknown mutant name.
 
+`prove --sweep` runs the manifest plus sweeps as Ray tasks: the flag is
+declared here, and `lora-sched` dispatches it to `fuzz.sweep`
+(`lora_sched.cli.MODES`), since fuzz imports proofs and proofs never imports fuzz.
+
 `--json` prints one versioned object, a result per check (verdict, depth,
 seconds, message, the witness as ITF JSON or its `--itf-dir` path, and in
 manifest mode the expected verdict and the drift), instead of the text.
@@ -28,13 +32,13 @@ import sys
 from dataclasses import replace
 from typing import Any
 
+from lora_sched.policy.check import json_envelope
 from lora_sched.proofs import encoding as enc
-from lora_sched.proofs import engine
+from lora_sched.proofs import engine, mutants, unbounded
 from lora_sched.proofs.cex import emit_test, write_itf
 from lora_sched.proofs.checks import Check, default_checks, run_check
 from lora_sched.proofs.manifest import MANIFEST, drift, load
 from lora_sched.proofs.unbounded import POLICIES as UNBOUNDED_POLICIES
-from lora_sched.spec.check import json_envelope
 
 VERDICT_WORDS = {"cex": "violated"}  # engine verdict -> the word `check --json` uses too
 
@@ -114,8 +118,6 @@ def result_json(c: Check, r: engine.Result, itf: str | None, drifted: str | None
 
 def run_mutants(args: argparse.Namespace) -> int:
     """`prove --mutants`: every mutant must be killed by the check it names."""
-    from lora_sched.proofs import mutants
-
     unknown = sorted(set(args.mutants) - {m.name for m in mutants.CATALOGUE})
     if unknown:
         print(f"lora-sched prove: --mutants: unknown mutant(s) {unknown}; "
@@ -129,12 +131,11 @@ def run_mutants(args: argparse.Namespace) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.sweep:
-        from lora_sched.fuzz.sweep import main as sweep
-
-        return sweep(args)
+    if args.sweep:  # `lora-sched` runs `prove --sweep` with `fuzz.sweep.main` (lora_sched.cli.MODES)
+        print("lora-sched prove: --sweep is run by lora_sched.fuzz.sweep (`lora-sched prove --sweep`)",
+              file=sys.stderr)
+        return 2
     if getattr(args, "unbounded", False):
-        from lora_sched.proofs import unbounded
         return unbounded.cli_main(args)
     if args.policy is not None and args.policy not in enc.POLICIES and not args.manifest:
         print(f"lora-sched prove: --policy {args.policy} is checked only by --unbounded (or --manifest)",

@@ -14,6 +14,7 @@ import os
 import pprint
 
 from lora_sched.proofs import engine
+from lora_sched.proofs.benchmark import FAMILY
 from lora_sched.proofs.cex import Cex, emit_test, write_itf
 from lora_sched.proofs.checks import ASYNC, THROTTLE, WAIT_FAIR, WAIT_HORIZON, fair_B, wait_bound
 
@@ -36,8 +37,6 @@ def family_witness(out_dir: str) -> None:
     """fair on `proofs.benchmark.FAMILY`: a request waits 10 steps (the
     benchmark shows none waits more); written as a replay that must wait
     exactly that long in `policy/`."""
-    from lora_sched.proofs.benchmark import FAMILY
-
     r = engine.bmc(FAMILY, "fair", "bounded_wait", 17, bound=9, lemmas=True)
     assert r.verdict == "cex" and r.cex is not None and r.replay_ok, (r.verdict, r.detail)
     doc = ("Replay of fair's worst wait on the R=6 family model of `proofs.benchmark`.\n\n"

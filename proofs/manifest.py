@@ -22,7 +22,7 @@ from typing import Any
 
 from lora_sched.proofs import encoding as enc
 from lora_sched.proofs import engine
-from lora_sched.proofs.checks import Check
+from lora_sched.proofs.checks import Check, run_check
 
 MANIFEST = os.path.join(os.path.dirname(__file__), "manifest.json")
 
@@ -86,8 +86,6 @@ def drift(check: Check, r: engine.Result) -> str | None:
 def check_manifest(path: str = MANIFEST, *, progress: engine.Progress | None = print,
                    timeout_ms: int = 120_000) -> list[tuple[Check, engine.Result, str | None]]:
     """Re-run every entry; (check, result, drift or None) per entry."""
-    from lora_sched.proofs.checks import run_check
-
     out = []
     for c in load(path):
         r = run_check(c, timeout_ms=timeout_ms)
@@ -104,7 +102,6 @@ def record(path: str = MANIFEST) -> None:
     with open(path) as f:
         raw = json.load(f)
     by_name = {c.extra["name"]: c for c in load(path)}
-    from lora_sched.proofs.checks import run_check
 
     for e in raw["checks"]:
         c = by_name[e["name"]]

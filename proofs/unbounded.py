@@ -129,15 +129,26 @@ is a step of this model (tests/test_proofs_unbounded.py).
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import itertools
+import json
+import os
 import random
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import z3
+from lora_sched.policy import make_gate
+from lora_sched.policy.check import check_trace
+from lora_sched.policy.core import Scheduler
+from lora_sched.policy.driver import Workload, run
+from lora_sched.proofs import engine
 from lora_sched.spec import releases
+from lora_sched.spec.config import Config
+from lora_sched.spec.request import Request
 
 POLICIES = ("vllm", "fair", "blocking", "drainer", "timeslice", "vtc")
 FIELD = ("drainer", "timeslice", "vtc")  # the field's reference gates (policy/drainer.py, timeslice.py, vtc.py)
@@ -883,9 +894,6 @@ def cti_json(o: Outcome) -> dict:
 
 
 def write_cti(o: Outcome, path: str) -> None:
-    import json
-    import os
-
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         json.dump(cti_json(o), f, indent=1)
@@ -1095,7 +1103,7 @@ def run_trace(tc: TraceCheck, timeout_ms: int = 60_000) -> Outcome:
 
 def replay_trace(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[Step]) -> tuple[bool, str]:
     """Turn a sat trace into a `policy.driver.Workload` and run it through the
-    reference; `spec.check.check_trace` (the Observer) must report `tc.replay`.
+    reference; `policy.check.check_trace` (the Observer) must report `tc.replay`.
 
     The workload keeps the requests the trace admits, each arriving at the
     step that admits it (in scan order), a request the trace finishes is
@@ -1105,15 +1113,6 @@ def replay_trace(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[Step]
     and budget and seats ample, so the reference admits every request of the
     workload the LoRA gate lets in: the same sets as the trace when the trace
     is a real behaviour."""
-    import functools
-    import os
-    import tempfile
-
-    from lora_sched.policy.driver import Workload, run
-    from lora_sched.spec.check import check_trace
-    from lora_sched.spec.config import Config
-    from lora_sched.spec.request import Request
-
     prop = tc.replay
     assert prop is not None
     g = sy.g
@@ -1166,15 +1165,7 @@ def replay_arrivals(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[St
     adapter and max_tokens, a one-token prompt; max_loras and
     starvation_steps the trace's, seats and budget ample. The reference
     (`policy.core.Scheduler` with the gate) runs it to completion and
-    `spec.check.check_trace` (the Observer) must report `tc.replay`."""
-    import os
-    import tempfile
-
-    from lora_sched.policy.driver import Workload, run
-    from lora_sched.spec.check import check_trace
-    from lora_sched.spec.config import Config
-    from lora_sched.spec.request import Request
-
+    `policy.check.check_trace` (the Observer) must report `tc.replay`."""
     prop = tc.replay
     assert prop is not None
     g = sy.g
@@ -1265,8 +1256,6 @@ def manifest_result(policy: str, prop: str, *, skip: bool = False, timeout_ms: i
     from an invariant state AND a sat trace of `TRACES` reaches it from init
     (depth = that trace's depth; `replay_ok` = its replay in `policy/`);
     "cti" when it fails without such a trace; "unknown" when Z3 gives up."""
-    from lora_sched.proofs import engine
-
     m = Model(policy, skip)
     t0 = time.monotonic()
     outs = prove(m, props=(prop,), timeout_ms=timeout_ms)
@@ -1471,11 +1460,6 @@ def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int =
     failure means the model excludes a real behaviour (the
     over-approximation would be unsound) or the invariant is false on a
     reachable state."""
-    from lora_sched.policy import make_gate
-    from lora_sched.policy.core import Scheduler
-    from lora_sched.spec.config import Config
-    from lora_sched.spec.request import Request
-
     rng = random.Random(seed)
     ids = [f"r{i}" for i in range(requests)]
     k = next(_ENUMS)  # Z3 enumeration sorts and their elements need fresh names
@@ -1490,7 +1474,7 @@ def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int =
     solver.set("timeout", timeout_ms)
     solver.add(g.axioms() + [g.base == ads[0]] + sy.trans() + list(inv0.values()) + list(sy.inv(sy.s1).values()))
     out = CrossResult()
-    for run in range(runs):
+    for _ in range(runs):
         cfg = Config(max_loras=1 if crowd else rng.randint(1, 2), max_num_seqs=2 if crowd else rng.randint(1, 4),
                      max_num_batched_tokens=rng.randint(1, 8), kv_blocks=kv_blocks, block_size=2,
                      queue=queue, async_scheduling=async_scheduling, policy=policy,

@@ -6,7 +6,7 @@ events (`docs/trace.schema.json` is the JSON Schema of each line).
 (one pass, one event at a time) and `read_trace` (the whole trace in
 memory) check structure and references: a malformed trace raises
 `TraceError` naming the file, the line and the reason. What a trace says the scheduler
-did is judged by the properties (`spec.check`), not by the reader.
+did is judged by the properties (`policy.check`), not by the reader.
 """
 
 from __future__ import annotations
@@ -451,7 +451,7 @@ def read_trace(path: str | os.PathLike[str], *, allow_truncated_tail: bool = Fal
     Not judged here: whether the lists agree with the events before, whether
     a step admits only waiting requests, fits the budget, the seats or the KV
     blocks... Those are the properties of `spec.properties` (`conservation`,
-    `capacity`, ...), which `spec.check` reports as violations (exit 1), so a
+    `capacity`, ...), which `policy.check` reports as violations (exit 1), so a
     broken recorder is told apart from a scheduler that broke a property.
 
     `allow_truncated_tail`: a crash can cut the last line short; when set, an

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from lora_sched.spec.check import check_trace
+from lora_sched.policy.check import check_trace
 from lora_sched.spec.config import Config, ConfigError
 from lora_sched.spec.request import Request, RequestError
 from lora_sched.spec.trace import TraceError, read_trace

@@ -6,9 +6,9 @@ import math
 import re
 
 import pytest
-from lora_sched.bench.costmodel import DEFAULT, CostModel
 from lora_sched.bench.simulate import FastBlock, result_block, seed_config, seed_requests, simulate_policy
 from lora_sched.bench.sweeps import starvation_sweep
+from lora_sched.policy.costmodel import DEFAULT, CostModel
 
 
 @pytest.fixture(scope="module")
@@ -174,39 +174,6 @@ def test_live_trace_summary_replays_vllm_on_the_trace_arrivals(tmp_path) -> None
     drained = run(replace(cfg, policy="drainer"), Workload(reqs))
     assert summary["tail_head"] == tail_head_ratio(drained.waits(), adapter_of, cfg.max_loras)
     assert summary["vllm_tail_head"] == tail_head_ratio(vllm.waits(), adapter_of, cfg.max_loras)
-
-
-def test_bench_modules_import_each_other_without_a_cycle() -> None:
-    """bench/'s modules, lazy imports included, form no import cycle (cli -> live -> table/plots, never back)."""
-    import ast
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parent.parent / "bench"
-    graph: dict[str, set[str]] = {}
-    for f in root.glob("*.py"):
-        deps = set()
-        for node in ast.walk(ast.parse(f.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            else:
-                continue
-            deps |= {n.split(".")[2] for n in names if n.startswith("lora_sched.bench.") and n.count(".") >= 2}
-        graph[f.stem] = {d for d in deps if (root / f"{d}.py").exists()} - {f.stem}
-    assert graph["cli"] and graph["live"], graph
-
-    def cycle_from(node: str, path: tuple[str, ...]) -> tuple[str, ...] | None:
-        for nxt in graph[node]:
-            if nxt in path:
-                return (*path, nxt)
-            found = cycle_from(nxt, (*path, nxt))
-            if found:
-                return found
-        return None
-
-    for start in graph:
-        assert cycle_from(start, (start,)) is None, cycle_from(start, (start,))
 
 
 # ---- live field mode (`bench --live --field`): the pure parts -------------------------------------

@@ -28,10 +28,10 @@ from dataclasses import replace
 import pytest
 from lora_sched.bench.families import all_families, coded_families
 from lora_sched.policy import claims
+from lora_sched.policy.check import check_trace
 from lora_sched.policy.driver import Workload
 from lora_sched.policy.scenarios import SCENARIOS
 from lora_sched.policy.workloads import starvation_stream
-from lora_sched.spec.check import check_trace
 
 pytestmark = pytest.mark.vllm
 

@@ -15,8 +15,8 @@ from dataclasses import replace
 
 import pytest
 from lora_sched.policy import claims
+from lora_sched.policy.check import check_trace
 from lora_sched.policy.scenarios import SCENARIOS
-from lora_sched.spec.check import check_trace
 
 pytestmark = pytest.mark.vllm
 
@@ -30,7 +30,7 @@ def conform(*args, **kw):
 
 
 def installed_release() -> str:
-    from lora_sched.conformance.recorder import installed_release
+    from lora_sched.recorder import installed_release
 
     return installed_release()
 
@@ -101,7 +101,7 @@ def test_fair_under_vllm_defaults_async_kv_throttle(tmp_path):
     """fair inside vLLM's `AsyncScheduler` with a KV pool that preempts and DP
     prefill throttling: zero divergences from the reference, and every claim
     holds on vLLM's own trace, bounded_wait included (one priority, so B
-    applies: `spec.check.bound_for` must compute it, not skip it)."""
+    applies: `policy.check.bound_for` must compute it, not skip it)."""
     preempted = throttled = 0
     for seed in range(150):
         cfg, wl = random_case(random.Random(20_000 + seed))

@@ -64,6 +64,6 @@ def test_the_crash_shrinks_to_three_requests() -> None:
 
 
 def installed_release() -> str:
-    from lora_sched.conformance.recorder import installed_release  # imports vLLM: only when these tests run
+    from lora_sched.recorder import installed_release  # imports vLLM: only when these tests run
 
     return installed_release()

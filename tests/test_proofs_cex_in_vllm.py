@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 from lora_sched.conformance.inprocess import conform, run_workload
+from lora_sched.policy.check import check_trace
 from lora_sched.policy.replay import replay
 from lora_sched.proofs.cex import Cex
-from lora_sched.spec.check import check_trace
 from lora_sched.spec.trace import read_trace
 
 pytestmark = pytest.mark.vllm
@@ -84,6 +84,6 @@ def test_async_counterexample_breaks_running_lora_cap_in_vllm(tmp_path):
 
 
 def installed_release() -> str:
-    from lora_sched.conformance.recorder import installed_release  # imports vLLM: only when these tests run
+    from lora_sched.recorder import installed_release  # imports vLLM: only when these tests run
 
     return installed_release()

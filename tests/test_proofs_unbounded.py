@@ -253,8 +253,8 @@ def test_timeslice_keeps_the_caps_where_vllm_breaks_them() -> None:
     import random
     import tempfile
 
+    from lora_sched.policy.check import check_trace
     from lora_sched.policy.driver import Workload, run
-    from lora_sched.spec.check import check_trace
     from lora_sched.spec.config import Config
     from lora_sched.spec.request import Request
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from lora_sched.policy.check import check_file, verdicts
 from lora_sched.policy.scenarios import SCENARIOS
-from lora_sched.spec.check import check_file, verdicts
 
 pytestmark = pytest.mark.vllm
 

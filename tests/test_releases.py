@@ -18,10 +18,10 @@ from hypothesis import given, settings
 from lora_sched.conformance.crash import CONFIG as CRASH_CONFIG
 from lora_sched.conformance.crash import first_cap_break, shortest_crash
 from lora_sched.policy import claims
+from lora_sched.policy.check import check_trace
 from lora_sched.policy.driver import Workload, run
 from lora_sched.policy.replay import replay
 from lora_sched.spec import releases
-from lora_sched.spec.check import check_trace
 from lora_sched.spec.config import Config, ConfigError
 from lora_sched.spec.request import Request
 from lora_sched.spec.trace import TraceError, TraceWriter, read_trace

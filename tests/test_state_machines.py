@@ -34,12 +34,12 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from lora_sched.policy import EVERY_RUNNING_CAP, FAIR_CAP, claims, make_gate
+from lora_sched.policy.check import check_trace
 from lora_sched.policy.core import Scheduler
 from lora_sched.policy.driver import Workload, run
 from lora_sched.policy.fair import FairHolds, bound_applies, drain_steps, fair_bound, guard_steps, workload_bound
 from lora_sched.policy.replay import replay
 from lora_sched.policy.workloads import starvation_stream
-from lora_sched.spec.check import check_trace
 from lora_sched.spec.config import Config, throttled
 from lora_sched.spec.observe import Observer
 from lora_sched.spec.request import Request
@@ -314,7 +314,7 @@ def test_driver_traces_round_trip(scenario):
     """Synchronous scheduling: a trace the driver writes is accepted by the
     strict reader, replays through its policy with zero divergence, and the
     trace checker finds no violation of a property the policy claims
-    (bounded_wait only for `fair`, where `spec.check.bound_for` applies B)."""
+    (bounded_wait only for `fair`, where `policy.check.bound_for` applies B)."""
     _round_trip(scenario)
 
 

@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lora_sched.policy import check as check_mod
+from lora_sched.policy.check import TraceCheck, check_file, check_trace, format_report, verdicts
 from lora_sched.policy.driver import Workload, run
 from lora_sched.policy.replay import replay
 from lora_sched.policy.scenarios import SCENARIOS
-from lora_sched.spec import check as check_mod
-from lora_sched.spec.check import TraceCheck, check_file, check_trace, format_report, verdicts
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
 from lora_sched.spec.state import peak_present

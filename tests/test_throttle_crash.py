@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 from lora_sched.conformance.crash import CONFIG, shortest_crash
 from lora_sched.conformance.inprocess import conform, run_workload
+from lora_sched.policy.check import check_trace
 from lora_sched.policy.replay import replay
-from lora_sched.spec.check import check_trace
 from lora_sched.spec.trace import read_trace
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own scheduler
@@ -95,7 +95,8 @@ def test_fair_in_vllm_runs_it_with_both_caps(crash, tmp_path, async_scheduling):
 
 def _patched_scheduler_class(tmp_path: Path) -> type:
     import vllm.v1.core.sched.scheduler as stock
-    from lora_sched.conformance.recorder import RecorderMixin
+
+    from lora_sched.recorder import RecorderMixin
 
     copy = tmp_path / "scheduler.py"
     shutil.copy(stock.__file__, copy)
@@ -135,6 +136,6 @@ def test_upstream_patch_fixes_the_crash(crash, tmp_path):
 
 
 def installed_release() -> str:
-    from lora_sched.conformance.recorder import installed_release  # imports vLLM: only when these tests run
+    from lora_sched.recorder import installed_release  # imports vLLM: only when these tests run
 
     return installed_release()

@@ -22,9 +22,9 @@ from pathlib import Path
 import matplotlib.image as mpimg
 import numpy as np
 import pytest
+from lora_sched.policy.check import check_trace
 from lora_sched.policy.driver import Workload, run
 from lora_sched.policy.scenarios import SCENARIOS
-from lora_sched.spec.check import check_trace
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
 from lora_sched.spec.trace import read_trace

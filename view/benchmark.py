@@ -16,6 +16,8 @@ import time
 from lora_sched.bench.simulate import seed_config, seed_requests
 from lora_sched.policy.driver import Workload, run
 from lora_sched.spec.config import POLICIES
+from lora_sched.view import html, png
+from lora_sched.view.layout import layout_file
 
 
 def seed_trace(path: str, policy: str = "vllm", n: int = 500) -> str:
@@ -29,8 +31,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=500)
     p.add_argument("--out", default=None, help="folder for the trace and the pictures (default: a temporary one)")
     args = p.parse_args(argv)
-    from lora_sched.view import html, png
-    from lora_sched.view.layout import layout_file
 
     with tempfile.TemporaryDirectory() as tmp:
         d = args.out or tmp

@@ -16,7 +16,9 @@ from pathlib import Path
 
 from lora_sched.spec.config import ConfigError
 from lora_sched.spec.trace import TraceError
+from lora_sched.view import html
 from lora_sched.view.itf import ItfError
+from lora_sched.view.layout import layout_file
 
 FORMATS = (".html", ".png")
 
@@ -33,7 +35,6 @@ def main(args: argparse.Namespace) -> int:
         if o.suffix.lower() not in FORMATS:
             print(f"error: --out {o}: unknown format {o.suffix or '(none)'!r}; use .html or .png", file=sys.stderr)
             return 2
-    from lora_sched.view.layout import layout_file
 
     t0 = time.perf_counter()
     try:
@@ -48,8 +49,6 @@ def main(args: argparse.Namespace) -> int:
         o.parent.mkdir(parents=True, exist_ok=True)
         t = time.perf_counter()
         if o.suffix.lower() == ".html":
-            from lora_sched.view import html
-
             size = html.render(layout, o)
             what = f"{size // 1024} KiB"
         else:

@@ -19,7 +19,7 @@ adapters in the batch (scheduled) and among running requests, the tokens,
 whether the step was throttled, and for `fair` r* and the victim adapters
 held for it.
 
-Everything is derived from the trace events through `spec.check.observe_trace`
+Everything is derived from the trace events through `policy.check.observe_trace`
 and `spec.observe.Observer` (the same code `lora-sched check` runs), so the
 violations drawn are exactly those `check` reports; r*, the victims and the
 held requests come from `policy.fair.FairHolds`, the guard object the policy
@@ -34,7 +34,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from lora_sched.spec.check import bound_for, observe_trace
+from lora_sched.policy.check import bound_for, observe_trace
+from lora_sched.policy.fair import FairHolds
 from lora_sched.spec.observe import Observer
 from lora_sched.spec.properties import StepView, Violation
 from lora_sched.spec.trace import Abort, Trace, read_trace
@@ -247,8 +248,6 @@ def build(trace: Trace) -> Layout:
     adapter = {rid: r.adapter for rid, r in reqs.items()}
     holds: _RecordingHolds | None = None
     if cfg.policy == "fair":
-        from lora_sched.policy.fair import FairHolds
-
         holds = _RecordingHolds(FairHolds(cfg))
     obs = Observer(cfg, holds)
     bound, bound_note = bound_for(trace)

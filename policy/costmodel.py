@@ -45,6 +45,10 @@ the blocking/vllm ratio mostly tests t0 (a blocking step holds ~4 sequences,
 so it costs about t0). `bench.simulate.calibrate()` (`lora-sched bench
 --calibrate`) redoes the fit; `DEFAULT` holds its result so a run does not
 depend on refitting.
+
+The model sits in `policy`, beside the driver whose steps it prices, so that
+both the benchmark (`bench`) and the trace checker (`policy.check`, which
+states fair's bound in seconds) can import it.
 """
 
 from __future__ import annotations

@@ -5,11 +5,14 @@
 only observes `add_request`, `finish_requests`, `schedule` and
 `update_from_output` and writes the `lora-sched-trace` format (DESIGN §5)
 through `spec.trace.TraceWriter`, which flushes every line so that a crashed
-server leaves a readable partial trace.
+server leaves a readable partial trace. It lives in the deploy package
+beside `lora_sched.scheduler`, whose every class records through
+`RecorderMixin`; the harnesses of `conformance` and `bench` import it from
+here.
 
 Why hooks at these four methods: they are the scheduler's whole interface
 with the engine core, both in-process (`conformance.inprocess`) and in the
-server's engine process (`--scheduler-cls lora_sched.conformance.recorder.RecordingScheduler`).
+server's engine process (`--scheduler-cls lora_sched.recorder.RecordingScheduler`).
 
 Step numbers count `schedule()` calls. An arrival or abort is stamped with the
 number of the next `schedule()`. A step's line is written when its output is
@@ -38,14 +41,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import vllm
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import RequestStatus
+
 from lora_sched.spec import releases
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request as SpecRequest
 from lora_sched.spec.state import StepRecord
 from lora_sched.spec.trace import TraceWriter
-from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.request import RequestStatus
 
 TRACE_ENV = "LORA_SCHED_TRACE"
 SOURCE = f"vllm {vllm.__version__}"

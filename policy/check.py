@@ -13,6 +13,11 @@ once, not the trace's length; gzip input and directories of rotated
 segments are accepted, and a long trace gets a progress line on stderr
 every few seconds. `python -m
 lora_sched.bench.checkspeed` prints its speed and peak memory.
+
+The checker sits in `policy`, above the spec it judges by: the properties
+and the observer are `spec`'s, while the holds `fair` declares and its bound
+B (`policy.fair`), the replay (`policy.replay`) and the cost model that
+states B in seconds (`policy.costmodel`) are policy code.
 """
 
 from __future__ import annotations
@@ -23,16 +28,16 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from lora_sched.policy.costmodel import DEFAULT
+from lora_sched.policy.fair import FairHolds, bound_applies, fair_bound
+from lora_sched.policy.replay import Replayer, ReplayResult, due_events
 from lora_sched.spec.config import POLICIES, REFERENCE_POLICIES, Config
 from lora_sched.spec.observe import Observer
 from lora_sched.spec.properties import ALL_PROPERTIES, Violation
 from lora_sched.spec.state import peak_present, peak_waiting
 from lora_sched.spec.trace import Abort, Arrive, Event, Step, Trace, TraceError, TraceReader, read_trace, step_line_at
-
-if TYPE_CHECKING:
-    from lora_sched.policy.replay import ReplayResult
 
 PROGRESS_EVERY_S = 5.0  # `check_file(progress=...)`: one line this often
 
@@ -91,8 +96,6 @@ def bound_for(trace: Trace) -> tuple[int | None, str]:
 
 def _bound(cfg: Config, stats: _Stats) -> tuple[int | None, str]:
     """B of `policy.fair` for this trace's config and requests (`observed_bound`), or why none applies."""
-    from lora_sched.policy.fair import bound_applies, fair_bound
-
     if not stats.requests:
         return None, "no requests"
     why = bound_applies(cfg, stats.priorities)
@@ -100,8 +103,6 @@ def _bound(cfg: Config, stats: _Stats) -> tuple[int | None, str]:
         return None, f"B does not apply: {why}"
     b = fair_bound(cfg, queue=stats.present, waiting=stats.waiting, max_prompt=stats.max_prompt,
                    max_output=stats.max_output)
-    from lora_sched.bench.costmodel import DEFAULT
-
     return b, (f"B = {b} steps (<= {b * DEFAULT.max_step_seconds(cfg):.4g} s at the cost model's longest step): "
                f"fair's bound for this config, Q = {stats.present} requests present and "
                f"Qw = {stats.waiting} waiting at the peak")
@@ -119,13 +120,9 @@ class TraceCheck:
     """
 
     def __init__(self, trace: Trace, policy: str | None = None, *, keep_waits: bool = True) -> None:
-        from lora_sched.policy.replay import Replayer
-
         self.trace = trace
         holds = None
         if trace.config.policy == "fair":
-            from lora_sched.policy.fair import FairHolds
-
             holds = FairHolds(trace.config)
         self.obs = Observer(trace.config, holds, keep_waits=keep_waits)
         self.replayer = Replayer(trace.config, policy) if policy is not None else None
@@ -139,8 +136,6 @@ class TraceCheck:
         self.first.setdefault(v.property, v)
 
     def feed(self, ev: Event) -> None:
-        from lora_sched.policy.replay import due_events
-
         self.stats.add(ev)
         if not isinstance(ev, Step):
             self.pending.append(ev)
@@ -180,8 +175,6 @@ class TraceCheck:
 def observe_trace(trace: Trace, obs: Observer) -> Iterator[list[Violation]]:
     """Feed `trace` to `obs` in the order events take effect (`policy.replay.due_events`);
     yield each step's violations, each carrying the trace line of its step."""
-    from lora_sched.policy.replay import due_events
-
     pending: list[Arrive | Abort] = []
     for ev in trace.events:
         if not isinstance(ev, Step):

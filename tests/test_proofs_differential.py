@@ -51,7 +51,7 @@ class Template:
         self.b = b
         self.mid = enc.Mid(z3.Int("t"), s.W, s.R, s.F, s.X, s.computed, s.generated, s.admitted_at, s.ever,
                            s.arrival, s.Z, s.V, s.DL, s.pend, s.D, s.pcb, s.wave, z3.Bool("throttle"),
-                           s.wkey, s.rkey, s.pf, s.ZT)
+                           s.wkey, s.rkey, s.pf, s.ZT, s.CU)
         self.skip = [z3.Bool(f"sk_{i}") for i in range(B.requests)]
         self.post, self.aux, cs = enc.schedule(self.p, policy, self.mid, self.skip, "d")
         self.props = {name: enc.step_property(name, self.p, self.aux, self.post) for name in enc.STEP_PROPS}
@@ -65,7 +65,7 @@ class Template:
                m.throttle == throttled(cfg, wave), m.pcb == st.prefill_capacity_bound,
                p.K == (cfg.kv_blocks or 0)]
         gen = self.b.general
-        eqs += guard_eqs(sched, ids, m.Z, m.V, m.DL, m.ZT)
+        eqs += guard_eqs(sched, ids, m.Z, m.V, m.DL, m.ZT, m.CU)
         for i in range(B.requests):
             rid = ids[i] if i < len(ids) else None
             rs = st.reqs.get(rid) if rid else None
@@ -108,7 +108,8 @@ class Template:
                         {a + 1 for a in range(B.adapters) if z3.is_true(mod.eval(post.V[a], model_completion=True))},
                         {a + 1: v for a in range(B.adapters)
                          if (v := mod.eval(post.DL[a], model_completion=True).as_long()) != 0},
-                        mod.eval(post.ZT, model_completion=True).as_long())
+                        mod.eval(post.ZT, model_completion=True).as_long(),
+                        mod.eval(post.CU, model_completion=True).as_long())
         for i, rid in enumerate(ids):
             for name, var in (("waiting", post.W[i]), ("running", post.R[i]), ("finished", post.F[i]),
                               ("aborted", post.X[i]), ("pending", post.pend[i]), ("deferred", post.D[i])):
@@ -135,21 +136,22 @@ class Template:
         return out
 
 
-def python_guard(sched: Scheduler) -> tuple[str | None, set[int], dict[int, int], int]:
+def python_guard(sched: Scheduler) -> tuple[str | None, set[int], dict[int, int], int, int]:
     """fair's FairGuard memory (star, victims, deadlines, the step r* was
-    chosen); empty for the other gates."""
+    chosen, the step the gap after the last guard ends); empty for the other gates."""
     g = getattr(sched.gate, "guard", None)
     if g is None:
-        return None, set(), {}, 0
-    return g.star, set(g.victims), dict(g.deadline), g.chosen_at
+        return None, set(), {}, 0, 0
+    return g.star, set(g.victims), dict(g.deadline), g.chosen_at, g.cool_until
 
 
-def guard_eqs(sched: Scheduler, ids: list[str], Z: list, V: list, DL: list, ZT: z3.ArithRef) -> list:
-    star, victims, deadline, chosen_at = python_guard(sched)
+def guard_eqs(sched: Scheduler, ids: list[str], Z: list, V: list, DL: list, ZT: z3.ArithRef,
+              CU: z3.ArithRef) -> list:
+    star, victims, deadline, chosen_at, cool_until = python_guard(sched)
     return ([Z[i] == (i < len(ids) and ids[i] == star) for i in range(B.requests)]
             + [V[a] == (a + 1 in victims) for a in range(B.adapters)]
             + [DL[a] == deadline.get(a + 1, 0) for a in range(B.adapters)]
-            + [ZT == chosen_at])
+            + [ZT == chosen_at, CU == cool_until])
 
 
 def python_post(sched: Scheduler, ids: list[str], scheduled: dict[str, int], rec: object = None,
@@ -271,13 +273,15 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
         in_flight = {r for r in st.running if st.reqs[r].placeholders > 0}
         sure_to_finish = {r for r in st.running if st.reqs[r].placeholders > 0 and st.reqs[r].computed + 1
                           >= st.reqs[r].req.prompt_tokens + st.reqs[r].req.max_tokens}
-        star0, _, _, _ = python_guard(sched)
+        star0, _, _, _, _ = python_guard(sched)
         rec = sched.step(step, skip, throttle=throttled(cfg, wave))
         wave += 1
-        star1, victims1, _, _ = python_guard(sched)
+        star1, victims1, _, _, gap1 = python_guard(sched)
         for rid in rec.admitted:  # fair let a victim's request in while r* still waits: a drain admission
             if star1 is not None and star0 in (None, star1) and st.adapter(rid) in victims1:
                 seen["(drain admission)"] = seen.get("(drain admission)", 0) + 1
+        if star1 is None and gap1 > step + 1 and any(st.reqs[r].req.adapter for r in st.waiting):
+            seen["(gap after a guard)"] = seen.get("(gap after a guard)", 0) + 1
         if "fair_guard" in rec.holds.values():  # the guard held a victim's request
             seen["(guard hold)"] = seen.get("(guard hold)", 0) + 1
         if "throttle" in rec.holds.values():  # the scan stopped at a deferred prefill
@@ -343,8 +347,8 @@ def test_smt_step_equals_python_step(policy: str, mode: str) -> None:
                 "fair": set()}[policy]
     if mode == "async_throttle":  # the mechanisms were exercised, not only configured
         expected |= {"(throttle stop)", "(async skip)"}
-    if policy == "fair":  # so were the guard's holds and its drain admissions
-        expected |= {"(drain admission)", "(guard hold)"}
+    if policy == "fair":  # so were the guard's holds, its drain admissions and the gap after a guard
+        expected |= {"(drain admission)", "(guard hold)", "(gap after a guard)"}
     assert expected <= set(seen), f"{policy}/{mode}: violations compared {seen}"
     print(f"{policy}/{mode}: violated states compared per property: {seen}")
 

@@ -319,15 +319,16 @@ def grid(waiting: Iterable[int], adapters: Iterable[int], max_loras: Iterable[in
 
 
 def run_grid(cells: Sequence[Cell], *, steps: int, warmup: int, starvation_steps: int, seed: int = 0,
-             cell_seconds: float = 0.0, broken_refill: bool = False, log: Any = None) -> dict[str, Any]:
-    """Every cell, every class; the results as the JSON `--out` writes."""
+             cell_seconds: float = 0.0, broken_refill: bool = False, log: Any = None,
+             policies: Sequence[str] | None = None) -> dict[str, Any]:
+    """Every cell, every class (or stock's and `policies`' only); the results as the JSON `--out` writes."""
     import vllm
 
     from lora_sched.recorder import TRACE_ENV
 
     if os.environ.pop(TRACE_ENV, None) is not None and log:
         log(f"overhead: {TRACE_ENV} unset (recording would be timed)")
-    chosen = entries()
+    chosen = [e for e in entries() if policies is None or e.policy == "stock" or e.policy in policies]
     t_start = time.perf_counter()
     results = []
     for cell in cells:
@@ -425,6 +426,8 @@ def add_arguments(parser: argparse.ArgumentParser | Any, *, standalone: bool = T
     parser.add_argument("--max-loras", default=None, help=f"max_loras values (default {','.join(map(str, MAX_LORAS))})")
     parser.add_argument("--starvation-steps", type=int, default=None,
                         help="lora_sched's starvation_steps, as --additional-config passes it (default 16)")
+    parser.add_argument("--overhead-policies", default=None, metavar="P,Q",
+                        help="time only these policies' classes next to stock's (default: every class)")
     parser.add_argument("--profile", metavar="CLASS", default=None,
                         help="cProfile one class (a class name, or a policy for its sync class) on one cell; "
                              "prints the top 15 functions by cumulative time")
@@ -466,8 +469,15 @@ def main(args: argparse.Namespace) -> int:
     cells = grid(waiting, adapters, max_loras)
     _progress(f"overhead: {len(cells)} cells, {steps} steps or more within {cell_seconds} s (warmup {warmup}), "
               f"starvation_steps {s}, seed {seed}")
+    only = tuple(x for x in args.overhead_policies.split(",") if x) if getattr(args, "overhead_policies", None) \
+        else None
+    known = {e.policy for e in entries()} - {"stock"}
+    if only is not None and not set(only) <= known:
+        print(f"error: --overhead-policies: {', '.join(sorted(set(only) - known))} not shipped; "
+              f"choose from {', '.join(sorted(known))}")
+        return 2
     report = run_grid(cells, steps=steps, warmup=warmup, starvation_steps=s, seed=seed, cell_seconds=cell_seconds,
-                      log=_progress)
+                      log=_progress, policies=only)
     print(f"== Scheduler overhead: vLLM {report['vllm']} schedule() + update_from_output(), "
           f"{RUNNING} running, budget {BUDGET}, starvation_steps {s}, {steps}-{EXTRA * steps} steps/cell ==")
     print(table(report))

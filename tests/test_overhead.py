@@ -130,3 +130,19 @@ def test_settings_reach_the_classes_as_a_server_passes_them() -> None:
             assert sched.starvation_steps == 3, entry.name
             readers.append(entry.policy)
     assert readers.count("fair") == 2, readers
+
+
+def test_overhead_policies_narrow_the_classes(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--overhead-policies fair` times stock's classes and fair's only; an
+    unknown policy is refused with exit 2, naming the shipped ones."""
+    from lora_sched.cli import main
+
+    out = tmp_path / "o.json"
+    assert main(["bench", "--overhead", "--quick", "--waiting", "100", "--overhead-policies", "fair",
+                 "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert {c["class"] for c in report["classes"]} == {"Scheduler", "AsyncScheduler", "FairScheduler",
+                                                        "AsyncFairScheduler"}
+    capsys.readouterr()
+    assert main(["bench", "--overhead", "--quick", "--overhead-policies", "nope"]) == 2
+    assert "--overhead-policies: nope not shipped" in capsys.readouterr().out

@@ -162,7 +162,11 @@ def small_instance(rng, *, n_max: int = 9) -> tuple[Config, list[Request]]:
     return cfg, reqs
 
 
-def small_mutate(cfg: Config, reqs: list[Request], rng, *, n_max: int = 9) -> tuple[Config, list[Request]]:
+def small_mutate(cfg: Config, reqs: list[Request], rng, *, n_max: int = 9, max_adapter: int = 3,
+                 min_starvation: int = 0, min_requests: int = 2) -> tuple[Config, list[Request]]:
+    """One small change inside the abstraction: seats (2-4), max_loras (1-2),
+    S (`min_starvation`-8), add / drop a request (`min_requests`-`n_max`),
+    or a request's adapter (0-`max_adapter`), `max_tokens` (1-8) or arrival (1-12)."""
     from dataclasses import replace
 
     reqs = list(reqs)
@@ -173,19 +177,20 @@ def small_mutate(cfg: Config, reqs: list[Request], rng, *, n_max: int = 9) -> tu
     elif k < 0.15:
         cfg = replace(cfg, max_loras=3 - cfg.max_loras)
     elif k < 0.18:
-        cfg = replace(cfg, starvation_steps=max(0, min(8, cfg.starvation_steps + rng.choice([-2, -1, 1, 2]))))
+        cfg = replace(cfg, starvation_steps=max(min_starvation, min(8, cfg.starvation_steps
+                                                                    + rng.choice([-2, -1, 1, 2]))))
     elif k < 0.25 and len(reqs) < n_max:
         ids = {r.id for r in reqs}
         i = 0
         while f"r{i}" in ids:
             i += 1
         reqs.append(replace(rng.choice(reqs), id=f"r{i}"))
-    elif k < 0.3 and len(reqs) > 2:
+    elif k < 0.3 and len(reqs) > min_requests:
         reqs.pop(rng.randrange(len(reqs)))
     else:
         i = rng.randrange(len(reqs))
         f = rng.choice(["adapter", "max_tokens", "arrival"])
-        lim = {"adapter": (0, 3), "max_tokens": (1, 8), "arrival": (1, 12)}[f]
+        lim = {"adapter": (0, max_adapter), "max_tokens": (1, 8), "arrival": (1, 12)}[f]
         v = max(lim[0], min(lim[1], getattr(reqs[i], f) + rng.choice([-2, -1, 1, 2])))
         reqs[i] = replace(reqs[i], **{f: v})
     return cfg, reqs

@@ -20,6 +20,12 @@ class Request:
     priority: int = 0  # smaller is served first under the priority queue
 
     def __post_init__(self) -> None:
+        if (type(self.id) is str and self.id and type(self.adapter) is int and self.adapter >= 0
+                and type(self.prompt_tokens) is int and self.prompt_tokens >= 1 and type(self.max_tokens) is int
+                and self.max_tokens >= 1 and type(self.arrival) is int and self.arrival >= 0
+                and type(self.priority) is int):
+            return  # valid, told at once (the checks below name what is not)
+
         def bad(field: str, why: str) -> RequestError:
             return RequestError(f"request {self.id!r}: {field} {why}")
 

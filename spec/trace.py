@@ -37,21 +37,21 @@ class TraceError(ValueError):
         self.path, self.line, self.reason = path, line, reason
 
 
-@dataclass
+@dataclass(slots=True)
 class Arrive:
     line: int
     step: int
     req: Request
 
 
-@dataclass
+@dataclass(slots=True)
 class Abort:
     line: int
     step: int
     id: str
 
 
-@dataclass
+@dataclass(slots=True)
 class Step:
     line: int
     rec: StepRecord
@@ -209,6 +209,59 @@ def _id_list(obj: dict[str, Any], key: str, err) -> list[str]:
 
 
 GZIP_MAGIC = b"\x1f\x8b"
+_raw_decode = json.JSONDecoder().raw_decode
+_BLANK = object()  # `TraceReader._parse`: a blank line
+
+
+def _decode_json(raw: str) -> Any:
+    """`json.loads(raw)` for one object followed by at most a newline, without
+    `json.loads`' checks; anything else raises, and `json.loads` then judges."""
+    obj, end = _raw_decode(raw)
+    if end != len(raw) and raw[end:] != "\n":
+        raise ValueError("more after the object")
+    return obj
+
+
+_INT = {int}
+# The fast decoders (msgspec, the `fast` extra, which vLLM installs: 2-3x
+# json's speed) either return what `json.loads` would or raise (msgspec is
+# stricter: NaN, lone surrogates, raw control characters, a key twice for the
+# tag), and the reader then asks `json.loads`, so a line's object and a bad
+# line's error are json's. `_typed` decodes the step and arrival lines into
+# typed records whose types and bounds msgspec has checked (the reader checks
+# the rest: order and references); every other line, or one it refuses, is
+# read by `_decode` (a dict, checked field by field).
+_typed: Any = None
+try:
+    import msgspec as _msgspec
+except ImportError:  # pragma: no cover - depends on the environment
+    _decode = _decode_json
+else:
+    from typing import Annotated
+
+    _decode = _msgspec.json.Decoder().decode
+    _Step0 = Annotated[int, _msgspec.Meta(ge=0)]
+    _Tokens = Annotated[int, _msgspec.Meta(ge=1)]
+
+    class _StepLine(_msgspec.Struct, tag_field="kind", tag="step", gc=False):
+        step: _Step0
+        waiting: list[str]
+        running: list[str]
+        scheduled: dict[str, _Tokens]
+        admitted: list[str]
+        preempted: list[str]
+        finished: list[str]
+        throttle: bool = False
+
+    class _ArriveLine(_msgspec.Struct, tag_field="kind", tag="arrive", gc=False):
+        step: _Step0
+        id: str
+        adapter: int
+        prompt_tokens: int
+        max_tokens: int
+        priority: int = 0
+
+    _typed = _msgspec.json.Decoder(_StepLine | _ArriveLine).decode
 
 
 def open_text(path: str) -> IO[str]:
@@ -299,7 +352,11 @@ class TraceReader:
         and is skipped."""
         for i, f in enumerate(self._files):
             self.file, self._seen = f, 0
-            expect_header = i > 0
+            if i == 0:
+                with open_text(f) as lines:
+                    yield from enumerate(lines, 1)
+                continue
+            expect_header = True
             for n, raw in iter_lines(f):
                 if expect_header and raw.strip():
                     expect_header = False
@@ -317,27 +374,79 @@ class TraceReader:
         """The next non-blank line as (line number, JSON object), or None at the end."""
         for n, raw in self._lines:
             self._seen = n
-            if not raw.strip():
-                continue
+            obj = self._parse(n, raw)
+            if obj is not _BLANK:
+                return None if obj is None else (n, obj)
+        return None
+
+    def _parse(self, n: int, raw: str) -> Any:
+        """Line `n` as a JSON object, `_BLANK` for a blank line, None for a
+        truncated last line (`allow_truncated_tail`); else `TraceError`."""
+        if not raw.strip():
+            return _BLANK
+        try:
+            obj = _decode(raw)  # the common case, quickly (`_decode`); json's verdict otherwise
+        except Exception:  # whatever the fast decoder says, json judges the line
             try:
-                obj = json.loads(raw)
+                obj = json.loads(raw)  # leading whitespace, or json's exact error
             except json.JSONDecodeError as exc:
                 # Only the trace's last line can lack its newline: a crash cut it short.
                 if self.allow_truncated_tail and not raw.endswith("\n") and self.file == self._files[-1]:
                     self.complete = False
                     return None
                 raise TraceError(self.file, n, f"bad JSON: {exc.msg} (column {exc.colno})") from None
-            if not isinstance(obj, dict):
-                raise TraceError(self.file, n, "expected a JSON object")
-            return n, obj
-        return None
+        if not isinstance(obj, dict):
+            raise TraceError(self.file, n, "expected a JSON object")
+        return obj
 
     def __iter__(self) -> Iterator[Event]:
         known: dict[str, int] = {}  # request id -> arrival step
+        ahead: dict[str, int] = {}  # arrived since the last step line: id -> arrival step
         last_step: int | None = None  # the last step line read
+        typed = _typed
         try:
-            while (item := self._next_object()) is not None:
-                n, obj = item
+            for n, raw in self._lines:
+                self._seen = n
+                if typed is not None:
+                    try:
+                        line = typed(raw)
+                    except Exception:  # not a step or arrival line, or a bad one: read below
+                        line = None
+                    if line is not None:
+                        if type(line) is _StepLine:
+                            rec = _typed_step(line, known, ahead, last_step)
+                            if rec is not None:
+                                last_step = rec.step
+                                self.steps += 1
+                                yield Step(n, rec)
+                                continue
+                        else:
+                            req = _typed_arrival(line, known, last_step)
+                            if req is not None:
+                                known[req.id] = ahead[req.id] = req.arrival
+                                self.requests += 1
+                                yield Arrive(n, req.arrival, req)
+                                continue
+                obj = self._parse(n, raw)
+                if obj is _BLANK:
+                    continue
+                if obj is None:  # a truncated last line
+                    break
+                kind = obj.get("kind")
+                if kind == "step":
+                    rec = _well_formed_step(obj, known, ahead, last_step)
+                    if rec is not None:  # the common case, checked in bulk; else the checks below say why
+                        last_step = rec.step
+                        self.steps += 1
+                        yield Step(n, rec)
+                        continue
+                elif kind == "arrive":
+                    req = _well_formed_arrival(obj, known, last_step)
+                    if req is not None:
+                        known[req.id] = ahead[req.id] = req.arrival
+                        self.requests += 1
+                        yield Arrive(n, req.arrival, req)
+                        continue
 
                 def err(reason: str, n: int = n) -> TraceError:
                     return TraceError(self.file, n, reason)
@@ -359,7 +468,7 @@ class TraceReader:
                                       _get(obj, "max_tokens", int, err), step, obj.get("priority", 0))
                     except RequestError as exc:
                         raise err(str(exc)) from None
-                    known[rid] = step
+                    known[rid] = ahead[rid] = step
                     self.requests += 1
                     yield Arrive(n, step, req)
                 elif kind == "abort":
@@ -394,6 +503,7 @@ class TraceReader:
                             if arrival > step:
                                 raise err(f"request {rid!r} is listed before its arrival step {arrival}")
                     last_step = step
+                    _keep_ahead(ahead, step)
                     self.steps += 1
                     yield Step(n, StepRecord(step, waiting, running, sched_raw, admitted,
                                              preempted, finished, obj.get("throttle", False)))
@@ -416,6 +526,101 @@ class TraceReader:
         trace.events.extend(self)
         trace.complete = self.complete
         return trace
+
+
+
+def _well_formed_arrival(obj: dict[str, Any], known: dict[str, int], last_step: int | None) -> Request | None:
+    """The arrival line's request when it passes every check of
+    `TraceReader.__iter__`, else None (the line-by-line checks then say why)."""
+    get = obj.get
+    step, rid, adapter, prompt, output, priority = (
+        get("step"), get("id"), get("adapter"), get("prompt_tokens"), get("max_tokens"), get("priority", 0))
+    if (type(step) is int and step >= 0 and (last_step is None or step > last_step) and type(rid) is str and rid
+            and rid not in known and type(adapter) is int and adapter >= 0 and type(prompt) is int and prompt >= 1
+            and type(output) is int and output >= 1 and type(priority) is int):
+        return Request(rid, adapter, prompt, output, step, priority)
+    return None
+
+
+def _typed_arrival(line: Any, known: dict[str, int], last_step: int | None) -> Request | None:
+    """`_well_formed_arrival` for a typed line (`_typed`: types and the step's bound checked)."""
+    step, rid = line.step, line.id
+    if (last_step is None or step > last_step) and rid and rid not in known and line.adapter >= 0 \
+            and line.prompt_tokens >= 1 and line.max_tokens >= 1:
+        return Request(rid, line.adapter, line.prompt_tokens, line.max_tokens, step, line.priority)
+    return None
+
+
+def _typed_step(line: Any, known: dict[str, int], ahead: dict[str, int], last_step: int | None) -> StepRecord | None:
+    """`_well_formed_step` for a typed line (`_typed`: types and bounds checked)."""
+    step = line.step
+    if last_step is not None and step <= last_step:
+        return None
+    lists = (line.waiting, line.running, line.admitted, line.preempted, line.finished)
+    if not _refs_ok(lists, line.scheduled, known, ahead, step):
+        return None
+    return StepRecord(step, *lists[:2], line.scheduled, *lists[2:], line.throttle)
+
+
+def _refs_ok(lists: tuple[list[str], ...], sched: dict[str, int], known: dict[str, int], ahead: dict[str, int],
+             step: int) -> bool:
+    """Each list of string ids names no request twice, and every id of the
+    lists and of `sched` arrived by `step`; then prunes `ahead` (`_keep_ahead`)."""
+    kk = known.keys()
+    for ids in lists:
+        if ids:
+            if len(ids) == 1:
+                if ids[0] not in known:
+                    return False
+            else:
+                u = set(ids)
+                if len(u) != len(ids) or not kk >= u:
+                    return False
+    if sched and not kk >= sched.keys():
+        return False
+    if ahead:
+        late = {r for r, a in ahead.items() if a > step}
+        if late and (not late.isdisjoint(sched) or any(not late.isdisjoint(ids) for ids in lists)):
+            return False
+        _keep_ahead(ahead, step)
+    return True
+
+
+def _keep_ahead(ahead: dict[str, int], step: int) -> None:
+    """Once step `step`'s line is read, keep in `ahead` only the arrivals after it."""
+    for rid in [r for r, a in ahead.items() if a <= step]:
+        del ahead[rid]
+
+
+def _well_formed_step(obj: dict[str, Any], known: dict[str, int], ahead: dict[str, int],
+                      last_step: int | None) -> StepRecord | None:
+    """The step line's record when it passes every check of `TraceReader.__iter__`
+    (checked in bulk), else None: the line-by-line checks then name the first
+    failure. `ahead`: the requests arrived after the last step line (only those
+    can have arrived after this step); pruned here when the line is good."""
+    step = obj.get("step")
+    if type(step) is not int or step < 0 or (last_step is not None and step <= last_step):
+        return None
+    get = obj.get
+    waiting, running, admitted, preempted, finished, sched = (
+        get("waiting"), get("running"), get("admitted"), get("preempted"), get("finished"), get("scheduled"))
+    if not (type(waiting) is list and type(running) is list and type(admitted) is list
+            and type(preempted) is list and type(finished) is list and type(sched) is dict):
+        return None
+    throttle = get("throttle", False)
+    if type(throttle) is not bool:
+        return None
+    if sched:
+        vals = sched.values()
+        if set(map(type, vals)) != _INT or min(vals) < 1:
+            return None
+    lists = (waiting, running, admitted, preempted, finished)
+    try:  # an id that is not a string is not a key of `known` (or is unhashable)
+        if not _refs_ok(lists, sched, known, ahead, step):
+            return None
+    except TypeError:
+        return None
+    return StepRecord(step, waiting, running, sched, admitted, preempted, finished, throttle)
 
 
 def step_line_at(path: str, step: int) -> int | None:

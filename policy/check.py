@@ -36,7 +36,7 @@ from lora_sched.policy.replay import Replayer, ReplayResult, due_events
 from lora_sched.spec.config import POLICIES, REFERENCE_POLICIES, Config
 from lora_sched.spec.observe import Observer
 from lora_sched.spec.properties import ALL_PROPERTIES, Violation
-from lora_sched.spec.state import peak_present, peak_waiting
+from lora_sched.spec.state import StepRecord
 from lora_sched.spec.trace import Abort, Arrive, Event, Step, Trace, TraceError, TraceReader, read_trace, step_line_at
 
 PROGRESS_EVERY_S = 5.0  # `check_file(progress=...)`: one line this often
@@ -81,9 +81,16 @@ class _Stats:
             self.max_prompt = max(self.max_prompt, r.prompt_tokens)
             self.max_output = max(self.max_output, r.max_tokens)
         elif isinstance(ev, Step):
-            self.steps += 1
-            self.present = max(self.present, peak_present((ev.rec,)))
-            self.waiting = max(self.waiting, peak_waiting((ev.rec,)))
+            self.step(ev.rec)
+
+    def step(self, rec: StepRecord) -> None:
+        """One step line (`spec.state.peak_present` and `peak_waiting` over the records so far)."""
+        self.steps += 1
+        w = len(rec.waiting)
+        if w + len(rec.running) > self.present:
+            self.present = w + len(rec.running)
+        if w > self.waiting:
+            self.waiting = w
 
 
 def bound_for(trace: Trace) -> tuple[int | None, str]:
@@ -120,6 +127,7 @@ class TraceCheck:
     """
 
     def __init__(self, trace: Trace, policy: str | None = None, *, keep_waits: bool = True) -> None:
+        self._due = due_events
         self.trace = trace
         holds = None
         if trace.config.policy == "fair":
@@ -136,20 +144,25 @@ class TraceCheck:
         self.first.setdefault(v.property, v)
 
     def feed(self, ev: Event) -> None:
-        self.stats.add(ev)
         if not isinstance(ev, Step):
+            self.stats.add(ev)
             self.pending.append(ev)
             return
+        rec = ev.rec
+        self.stats.step(rec)
         obs, rp = self.obs, self.replayer
-        for e in due_events(self.pending, ev.rec.step) if self.pending else ():
-            if isinstance(e, Arrive):
-                obs.arrive(e.req)
-            else:
-                obs.abort(e.id)
-            if rp is not None:
-                rp.apply(e)
-        for v in obs.observe(ev.rec):
-            self._found(replace(v, line=ev.line))
+        if self.pending:
+            for e in self._due(self.pending, rec.step):
+                if isinstance(e, Arrive):
+                    obs.arrive(e.req)
+                else:
+                    obs.abort(e.id)
+                if rp is not None:
+                    rp.apply(e)
+        found = obs.observe(rec)
+        if found:
+            for v in found:
+                self._found(replace(v, line=ev.line))
         if rp is not None:
             rp.step(ev)
 

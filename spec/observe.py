@@ -17,6 +17,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from lora_sched.spec.config import Config
@@ -26,6 +27,7 @@ from lora_sched.spec.properties import (
     StepView,
     Violation,
     bounded_wait,
+    no_hol_blocking,
 )
 from lora_sched.spec.request import Request
 from lora_sched.spec.state import StepRecord, blocks_for
@@ -37,7 +39,10 @@ _STATUS = {"finished": 0, "aborted": 1}
 _STATUS_NAME = {v: k for k, v in _STATUS.items()}
 
 
-@dataclass
+_NONE: frozenset[str] = frozenset()
+
+
+@dataclass(slots=True)
 class Observed:
     req: Request
     seq: int
@@ -75,19 +80,6 @@ class _Column(Mapping[str, Any]):
         return ((rid, get(o)) for rid, o in self._reqs.items())
 
 
-class _EverAdmitted:
-    """`StepView.ever_admitted` over the live requests: first admitted before this step."""
-
-    __slots__ = ("_reqs",)
-
-    def __init__(self, reqs: dict[str, Observed]) -> None:
-        self._reqs = reqs
-
-    def __contains__(self, rid: object) -> bool:
-        o = self._reqs.get(rid)  # type: ignore[call-overload]
-        return o is not None and o.first_admitted is not None
-
-
 @dataclass
 class Observer:
     config: Config
@@ -106,12 +98,21 @@ class Observer:
 
     def __post_init__(self) -> None:
         r = self.reqs
-        # What never changes is kept in plain dicts (the hot lookups); the rest is read when asked.
+        # What never changes is kept in plain dicts (the hot lookups), and so
+        # are each live request's status (in arrival order, as `reqs`) and the
+        # live requests first admitted already, kept in step with `Observed`;
+        # the rest is read when asked.
         self._fixed: dict[str, dict[str, int]] = {k: {} for k in ("adapter", "arrival", "priority", "seq")}
+        self._status: dict[str, str] = {}
+        self._by: dict[str, set[str]] = {"waiting": set(), "running": set()}  # the keys of `_status` by value
+        self._ever: set[str] = set()
+        # outputs_left reads `_prev_sampled` when asked: during the step's checks, before `_advance`.
         self._views = dict(
             num_tokens=_Column(r, lambda o: o.num_tokens), computed=_Column(r, lambda o: o.computed),
-            waiting_since=_Column(r, lambda o: o.waiting_since), ever_admitted=_EverAdmitted(r),
-            status=_Column(r, lambda o: o.status), **self._fixed)
+            waiting_since=_Column(r, lambda o: o.waiting_since), ever_admitted=self._ever,
+            status=self._status, by_status=self._by,
+            outputs_left=_Column(r, lambda o: o.req.max_tokens - o.sampled + (o.req.id in self._prev_sampled)),
+            **self._fixed)
         for rid, o in r.items():
             self._track(rid, o)
 
@@ -119,6 +120,18 @@ class Observer:
         f = self._fixed
         f["adapter"][rid], f["arrival"][rid], f["priority"][rid], f["seq"][rid] = \
             o.req.adapter, o.req.arrival, o.req.priority, o.seq
+        self._set_status(rid, o.status)
+        if o.first_admitted is not None:
+            self._ever.add(rid)
+
+    def _set_status(self, rid: str, status: str) -> None:
+        """`rid`'s status in `_status` and `_by` (its `Observed` is set by the caller)."""
+        by, old = self._by, self._status.get(rid)
+        if old in by:
+            by[old].discard(rid)
+        self._status[rid] = status
+        if status in by:
+            by[status].add(rid)
 
     def arrive(self, req: Request) -> None:
         o = self.reqs[req.id] = Observed(req, self._seq, waiting_since=req.arrival)
@@ -136,6 +149,8 @@ class Observer:
         o = self.reqs.pop(rid)
         for d in self._fixed.values():
             del d[rid]
+        self._by.get(self._status.pop(rid), set()).discard(rid)
+        self._ever.discard(rid)
         r = o.req
         self._retired[rid] = _RETIRED.pack(
             o.seq, r.adapter, r.prompt_tokens, r.max_tokens, r.arrival, r.priority, _STATUS[o.status],
@@ -152,6 +167,10 @@ class Observer:
         self.reqs.update(ordered)
         for d in self._fixed.values():
             d.clear()
+        self._status.clear()
+        for ids in self._by.values():
+            ids.clear()
+        self._ever.clear()
         for r, o in ordered:
             self._track(r, o)
 
@@ -177,51 +196,56 @@ class Observer:
         reqs = self.reqs
         named: list[str] = []
         known = reqs.__contains__
-        for ids in (rec.waiting, rec.running, rec.scheduled, rec.admitted, rec.preempted, rec.finished):
-            if not all(map(known, ids)):
-                for rid in ids:
-                    if rid not in reqs and rid in self._retired:
-                        self._unretire(rid)
-                        named.append(rid)
+        if not all(map(known, chain(rec.waiting, rec.running, rec.scheduled, rec.admitted, rec.preempted,
+                                    rec.finished))):
+            for ids in (rec.waiting, rec.running, rec.scheduled, rec.admitted, rec.preempted, rec.finished):
+                if not all(map(known, ids)):
+                    for rid in ids:
+                        if rid not in reqs and rid in self._retired:
+                            self._unretire(rid)
+                            named.append(rid)
         # KV after the running phase: scheduled running requests grow to hold
-        # computed + new tokens; preempted ones hold nothing.
+        # computed + new tokens; preempted ones hold nothing. Only the KV
+        # clauses read blocks, so with unlimited KV none are counted.
         blocks_after: dict[str, int] = {}
-        preempted = set(rec.preempted)
-        scheduled, bs = rec.scheduled, cfg.block_size
-        for rid in rec.running:
-            if rid in preempted:
-                continue
-            o = reqs[rid]
-            n = scheduled.get(rid, 0)
-            blocks_after[rid] = max(o.blocks, blocks_for(o.computed + n, bs)) if n else o.blocks
-        used_before_scan = sum(blocks_after.values())
-        for rid in rec.admitted:
-            blocks_after[rid] = blocks_for(reqs[rid].computed + rec.scheduled.get(rid, 0), cfg.block_size)
-        running_after = [r for r in rec.running if r not in preempted] + list(rec.admitted)
-        prev_sampled = self._prev_sampled
-        view = StepView(
-            config=cfg,
-            rec=rec,
-            running_after=running_after,
-            blocks_after=blocks_after,
-            used_before_scan=used_before_scan,
-            in_flight=self._prev_scheduled if cfg.async_scheduling else set(),
-            outputs_left=_Column(reqs, lambda o: o.req.max_tokens - o.sampled + (o.req.id in prev_sampled)),
-            **self._views,
-        )
+        used_before_scan = 0
+        preempted = set(rec.preempted) if rec.preempted else _NONE
+        if cfg.kv_blocks is not None:
+            sget, bs = rec.scheduled.get, cfg.block_size
+            for rid in rec.running:
+                if preempted and rid in preempted:
+                    continue
+                o = reqs[rid]
+                n = sget(rid, 0)
+                if n:
+                    b = -(-(o.computed + n) // bs)  # blocks_for
+                    blocks_after[rid] = b if b > o.blocks else o.blocks
+                else:
+                    blocks_after[rid] = o.blocks
+            used_before_scan = sum(blocks_after.values())
+            for rid in rec.admitted:
+                blocks_after[rid] = blocks_for(reqs[rid].computed + sget(rid, 0), bs)
+        running_after = ([r for r in rec.running if r not in preempted] if preempted else list(rec.running)) \
+            + rec.admitted
+        view = StepView(cfg, rec, running_after=running_after, blocks_after=blocks_after,
+                        used_before_scan=used_before_scan,
+                        in_flight=self._prev_scheduled if cfg.async_scheduling else _NONE, **self._views)
         found = []
+        holds = self.holds
         for prop in STEP_PROPERTIES.values():
-            v = prop(view, self.holds) if prop.__name__ == "no_hol_blocking" else prop(view)
+            v = prop(view, holds) if prop is no_hol_blocking or prop.__name__ == "no_hol_blocking" else prop(view)
             if v is not None:
                 found.append(v)
-        if self.holds is not None:
-            self.holds.end(view)
+        if holds is not None:
+            holds.end(view)
         done = self._advance(rec, blocks_after)
-        for rid in [*done, *named]:
-            o = reqs.get(rid)
-            if o is not None and o.status in _STATUS:
-                self._retire(rid)
-        self.violations.extend(found)
+        if done or named:
+            for rid in [*done, *named]:
+                o = reqs.get(rid)
+                if o is not None and o.status in _STATUS:
+                    self._retire(rid)
+        if found:
+            self.violations.extend(found)
         return found
 
     def _advance(self, rec: StepRecord, blocks_after: dict[str, int]) -> list[str]:
@@ -230,32 +254,41 @@ class Observer:
         for rid in rec.preempted:
             o = reqs[rid]
             o.status, o.computed, o.blocks, o.waiting_since = "waiting", 0, 0, rec.step
+            self._set_status(rid, "waiting")
         for rid in rec.admitted:
             o = reqs[rid]
             o.status = "running"
+            self._set_status(rid, "running")
             if o.first_admitted is None:
                 o.first_admitted = rec.step
+                self._ever.add(rid)
                 self._admitted_first(o)
-        sampled = set()
+        async_ = self.config.async_scheduling
+        sampled = set()  # read only under async scheduling (`_prev_sampled`)
         for rid, n in rec.scheduled.items():
             o = reqs[rid]
-            o.computed += n
-            o.blocks = blocks_after.get(rid, o.blocks)
-            if o.computed >= o.num_tokens:
+            o.computed = c = o.computed + n
+            if c >= o.req.prompt_tokens + o.sampled:  # num_tokens
                 o.sampled += 1
-                sampled.add(rid)
-        self._prev_sampled = sampled if self.config.async_scheduling else set()
-        if self.config.async_scheduling:
+                if async_:
+                    sampled.add(rid)
+        if blocks_after:
+            for rid in rec.scheduled:
+                if rid in blocks_after:
+                    reqs[rid].blocks = blocks_after[rid]
+        if async_:
+            self._prev_sampled = sampled
+            self._prev_scheduled = set(rec.scheduled)
             done, self._deferred_finish = self._deferred_finish, list(rec.finished)
-        else:
-            done = list(rec.finished)
+        else:  # outputs are applied at once: nothing in flight
+            done = rec.finished
         for rid in done:
             o = reqs.get(rid)
             if o is None:  # retired since (aborted before its output was applied)
                 continue
             if o.status in ("waiting", "running"):
                 o.status, o.blocks = "finished", 0
-        self._prev_scheduled = set(rec.scheduled)
+                self._set_status(rid, "finished")
         self.last_step = rec.step
         return done
 
@@ -273,6 +306,7 @@ class Observer:
             o = self.reqs.get(rid)
             if o is not None and o.status in ("waiting", "running"):
                 o.status, o.blocks = "finished", 0
+                self._set_status(rid, "finished")
         self._deferred_finish = []
         found = []
         if bound is not None:

@@ -9,6 +9,7 @@ clause that failed. `bounded_wait` is judged over a whole run.
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -32,7 +33,7 @@ class Violation:
         return f"{self.property}: VIOLATED at {self.where()}: {self.message}"
 
 
-@dataclass
+@dataclass(slots=True)
 class StepView:
     """The per-request mappings cover at least every request the step names
     and every request waiting or running when it starts (the observer keeps
@@ -51,19 +52,35 @@ class StepView:
     ever_admitted: Container[str]  # first-admitted before this step
     status: Mapping[str, str]  # waiting | running | finished | aborted, before the step
     running_after: list[str]  # running once the step is scheduled
-    blocks_after: dict[str, int]  # KV blocks of running_after
-    used_before_scan: int  # KV blocks held when the waiting scan starts
+    blocks_after: dict[str, int]  # KV blocks of running_after (the observer leaves it empty when KV is unlimited)
+    used_before_scan: int  # KV blocks held when the waiting scan starts (read only when KV is limited)
     in_flight: Container[str]  # async: requests whose previous output is not applied
     outputs_left: Mapping[str, int] = field(default_factory=dict)  # max_tokens - outputs applied, at the start
+    # Optional, for speed: the requests whose `status` is "waiting" and
+    # "running" (the observer keeps them); `conservation` then compares sets
+    # instead of walking `status`, and reads `status` only to name a culprit.
+    by_status: Mapping[str, AbstractSet[str]] | None = None
 
 
 def _loras(view: StepView, ids: list[str] | dict[str, int]) -> set[int]:
-    return {view.adapter[r] for r in ids if view.adapter[r] > 0}
+    adapter = view.adapter
+    return {a for r in ids if (a := adapter[r]) > 0}
+
+
+def _within(view: StepView, ids: list[str] | dict[str, int]) -> bool:
+    """At most `max_loras` adapters (> 0) among `ids`, told without a Python
+    loop: the distinct adapters less the base model bound those above 0."""
+    if len(ids) <= view.config.max_loras:
+        return True
+    adapters = set(map(view.adapter.__getitem__, ids))
+    return len(adapters) - (0 in adapters) <= view.config.max_loras
 
 
 def batch_lora_cap(view: StepView) -> Violation | None:
     """Distinct adapters (> 0) among the requests scheduled in one step are at
     most `max_loras`: the batch fits the LoRA slots of the model runner."""
+    if _within(view, view.rec.scheduled):
+        return None
     loras = _loras(view, view.rec.scheduled)
     if len(loras) > view.config.max_loras:
         return Violation("batch_lora_cap", view.rec.step,
@@ -74,6 +91,8 @@ def batch_lora_cap(view: StepView) -> Violation | None:
 def running_lora_cap(view: StepView) -> Violation | None:
     """Distinct adapters (> 0) among all running requests (scheduled or not)
     are at most `max_loras` once the step is scheduled."""
+    if _within(view, view.running_after):
+        return None
     loras = _loras(view, view.running_after)
     if len(loras) > view.config.max_loras:
         return Violation("running_lora_cap", view.rec.step,
@@ -109,6 +128,25 @@ def conservation(view: StepView) -> Violation | None:
     one), and finishes only scheduled ones. A request that leaves `running`
     without finishing, being preempted or aborted is lost; one that comes
     back after finishing is duplicated."""
+    rec = view.rec
+    by = view.by_status
+    if by is not None:
+        # The common case, told by set operations: listed as they were (none
+        # lost, none listed wrongly), and every move is one the lists allow.
+        waiting, running = set(rec.waiting), set(rec.running)
+        if waiting.isdisjoint(running) and by["waiting"] == waiting and by["running"] == running:
+            keys = rec.scheduled.keys()
+            after = running - set(rec.preempted) if rec.preempted else running
+            if ((not rec.admitted or (waiting.issuperset(rec.admitted) and keys >= set(rec.admitted)))
+                    and (not rec.preempted or running.issuperset(rec.preempted))
+                    and (not (extra := keys - after) or extra.issubset(rec.admitted))
+                    and (not rec.finished or keys >= set(rec.finished))):
+                return None
+    return _conservation(view)
+
+
+def _conservation(view: StepView) -> Violation | None:
+    """`conservation` clause by clause, naming the first that fails."""
     rec, step = view.rec, view.rec.step
 
     def bad(clause: str, msg: str) -> Violation:
@@ -156,11 +194,21 @@ def fifo_within_adapter(view: StepView) -> Violation | None:
     arrival order: none is first admitted while an earlier-arrived request of
     its adapter and priority is still waiting, never admitted."""
     rec = view.rec
+    if not rec.admitted:
+        return None
     admitted_now: set[str] = set()
+    by = view.by_status
     for rid in rec.admitted:
         if rid in view.ever_admitted:
             continue
         key = (view.adapter[rid], view.priority[rid])
+        if by is not None and not any(
+            other not in view.ever_admitted and other not in admitted_now
+            and (view.adapter[other], view.priority[other]) == key and view.seq[other] < view.seq[rid]
+            for other in by["waiting"]
+        ):
+            admitted_now.add(rid)  # no earlier request of its key waits (told on the waiting ones only)
+            continue
         for other, st in view.status.items():
             if (
                 st == "waiting"
@@ -213,18 +261,21 @@ def no_hol_blocking(view: StepView, holds: PolicyHolds | None = None) -> Violati
     cfg, rec = view.config, view.rec
     if rec.preempted:
         return None
-    budget = cfg.max_num_batched_tokens - sum(n for r, n in rec.scheduled.items() if r not in rec.admitted)
+    sched, admitted = rec.scheduled, set(rec.admitted)
+    budget = cfg.max_num_batched_tokens - (
+        sum(n for r, n in sched.items() if r not in admitted) if admitted else sum(sched.values()))
     seats = len(rec.running)
     # The set vLLM counts before its scan (spec.releases, cap_counts): the
     # running requests it scheduled (0.32), or every running one (0.33).
     counted = rec.running if releases.get(cfg.vllm).cap_counts == "running" else \
-        [r for r in rec.scheduled if r not in rec.admitted]
-    loras = {view.adapter[r] for r in counted if view.adapter[r] > 0}
+        [r for r in sched if r not in admitted] if admitted else sched
+    adapter = view.adapter
+    loras = {a for r in counted if (a := adapter[r]) > 0}
     used = view.used_before_scan
-    admitted = set(rec.admitted)
-    order = list(rec.waiting)
+    order = rec.waiting
     first = holds.begin(view) if holds is not None else None
     if first is not None and first in order:
+        order = list(order)
         order.remove(first)
         order.insert(0, first)
     for rid in order:

@@ -94,13 +94,20 @@ def release_name(version: str) -> str:
     return f"{int(m.group(1))}.{int(m.group(2))}"
 
 
+_GOT: dict[str, Release] = {}  # `get`'s answers so far (the checker asks at every step)
+
+
 def get(name: str) -> Release:
     """The release `name` (`0.33`, or a full version such as `0.33.0`), or a clear error."""
+    got = _GOT.get(name) if isinstance(name, str) else None
+    if got is not None:
+        return got
     if not isinstance(name, str):
         raise UnknownRelease(f"vLLM release must be a string such as {NEWEST!r}, got {name!r}")
     key = release_name(name)
     if key not in RELEASES:
         raise UnknownRelease(f"vLLM {name} is not a supported release (supported: {SUPPORTED})")
+    _GOT[name] = RELEASES[key]
     return RELEASES[key]
 
 

@@ -30,7 +30,7 @@ def blocks_for(tokens: int, block_size: int) -> int:
     return -(-tokens // block_size)
 
 
-@dataclass
+@dataclass(slots=True)
 class ReqState:
     req: Request
     seq: int  # arrival order, breaks ties like vLLM's arrival_time
@@ -97,7 +97,7 @@ class State:
             self.waiting.append(rid)
 
 
-@dataclass
+@dataclass(slots=True)
 class StepRecord:
     """One `schedule()` plus its model output, as written to a trace.
 

@@ -51,11 +51,18 @@ class Scheduler:
     `reqs` entry and the `finished` / `aborted` sets) once nothing reads them
     any more (no output of theirs pending, and the gate does not list them in
     an optional `remembers` collection), so memory follows the live requests.
-    `abort` then takes a forgotten id as already done."""
+    `abort` then takes a forgotten id as already done.
+
+    `all_holds`: every step record's `holds` gives a reason for every
+    request left waiting (the default); False: only for those the waiting
+    scan reached, so a scan that stops early (seats, budget, ...) costs what
+    it visited, not the whole queue (`policy.driver.run(keep_records=False)`,
+    whose records nobody reads). Nothing else differs."""
 
     config: Config
     gate: Gate
     forget_done: bool = False
+    all_holds: bool = True
     state: State = field(init=False)
     _pending: _Pending | None = field(default=None, init=False)
     _seq: int = field(default=0, init=False)
@@ -202,10 +209,12 @@ class Scheduler:
         scheduled_running: list[str] = []
 
         # First, schedule the RUNNING requests.
+        reqs, running, sched = st.reqs, st.running, rec.scheduled
+        kv_unlimited, bs = cfg.kv_blocks is None, cfg.block_size
         i = 0
-        while i < len(st.running) and budget > 0:
-            rid = st.running[i]
-            rs = st.reqs[rid]
+        while i < len(running) and budget > 0:
+            rid = running[i]
+            rs = reqs[rid]
             if (
                 rs.placeholders > 0
                 and rs.computed + 2 - rs.placeholders >= rs.req.prompt_tokens + rs.req.max_tokens
@@ -215,48 +224,53 @@ class Scheduler:
             if defer and rs.is_prefill_chunk:
                 i += 1  # DP throttle: this prefill chunk waits for a cadence step
                 continue
-            if rid in skip_running:
+            if skip_running and rid in skip_running:
                 i += 1  # abstracted reasons (PP, encoder budget)
                 continue
-            n = rs.num_tokens + rs.placeholders - rs.computed
+            n = rs.req.prompt_tokens + rs.generated + rs.placeholders - rs.computed  # num_tokens + ...
             if 0 < threshold < n:
                 n = threshold
-            n = min(n, budget)
+            if n > budget:
+                n = budget
             if n == 0:
                 i += 1
                 continue
             ok = True
-            while not self._allocate(rs, rs.computed + n):
-                if cfg.queue == "priority":
-                    victim = max(st.running, key=lambda r: st.reqs[r].priority_key())
-                    vi = st.running.index(victim)
-                    del st.running[vi]
-                    if vi < i:
-                        i -= 1
-                    if victim in rec.scheduled:
-                        scheduled_running.remove(victim)
-                        budget += rec.scheduled.pop(victim)
-                else:
-                    victim = st.running.pop()
-                self._preempt(victim, step)
-                rec.preempted.append(victim)
-                if victim == rid:
-                    ok = False
-                    break
+            if kv_unlimited:  # `_allocate` always succeeds
+                need = -(-(rs.computed + n) // bs)
+                if need > rs.blocks:
+                    rs.blocks = need
+            else:
+                while not self._allocate(rs, rs.computed + n):
+                    if cfg.queue == "priority":
+                        victim = max(st.running, key=lambda r: st.reqs[r].priority_key())
+                        vi = st.running.index(victim)
+                        del st.running[vi]
+                        if vi < i:
+                            i -= 1
+                        if victim in rec.scheduled:
+                            scheduled_running.remove(victim)
+                            budget += rec.scheduled.pop(victim)
+                    else:
+                        victim = st.running.pop()
+                    self._preempt(victim, step)
+                    rec.preempted.append(victim)
+                    if victim == rid:
+                        ok = False
+                        break
             if not ok:
                 if cfg.queue == "priority" and self.release.priority_self_preempt == "skip":
                     continue  # it left `running`, so index i is already the next request
                 break
-            prefill |= rs.is_prefill_chunk
+            if rs.is_prefill_chunk:
+                prefill = True
             scheduled_running.append(rid)
-            rec.scheduled[rid] = n
+            sched[rid] = n
             budget -= n
             i += 1
 
         counted = scheduled_running if self.release.cap_counts == "scheduled" else st.running
-        scheduled_loras = {
-            st.adapter(r) for r in counted if st.adapter(r) > 0
-        }
+        scheduled_loras = {a for r in counted if (a := reqs[r].req.adapter) > 0}
         # vLLM asserts `len(scheduled_loras) <= max_loras` here. On 0.32 it can
         # fail: a running request left unscheduled for a reason other than the
         # budget (PP, encoder budget: DESIGN's nondeterministic skip) does not
@@ -266,15 +280,15 @@ class Scheduler:
 
         # Next, schedule the WAITING requests (only if nothing was preempted).
         if rec.preempted:
-            for rid in st.waiting:
-                rec.holds[rid] = "preemption"
+            if self.all_holds:  # `holds` is empty so far: one reason for every waiting request
+                rec.holds.update(dict.fromkeys(st.waiting, "preemption"))
         else:
             prefill |= self._scan_waiting(step, rec, budget, threshold, scheduled_loras, defer)
         if rec.scheduled:
             self._executed += 1
         if prefill:
             self._last_prefill = self._executed
-        batch = {st.adapter(r) for r in rec.scheduled if st.adapter(r) > 0}
+        batch = {a for r in rec.scheduled if (a := reqs[r].req.adapter) > 0}
         self.gate.step_done(ScanContext(st, step, scheduled_loras), batch)
         return rec
 
@@ -288,22 +302,24 @@ class Scheduler:
         order = self.gate.scan_order(ctx, list(st.waiting))
         admitted: set[str] = set()
         stop_reason: str | None = None
+        running, reqs, max_seqs = st.running, st.reqs, cfg.max_num_seqs
+        holds, defer_add, decide, skip = rec.holds, st.deferred.add, self.gate.decide, Decision.SKIP
         for rid in order:
             if budget <= 0:
                 stop_reason = "budget"
                 break
-            if len(st.running) >= cfg.max_num_seqs:
+            if len(running) >= max_seqs:
                 stop_reason = "max_num_seqs"
                 break
-            rs = st.reqs[rid]
+            rs = reqs[rid]
             if rs.stale > 0:
-                rec.holds[rid] = "stale_output"  # async: output still in flight
-                st.deferred.add(rid)
+                holds[rid] = "stale_output"  # async: output still in flight
+                defer_add(rid)
                 continue
-            decision, why = self.gate.decide(ctx, rid)
-            if decision is Decision.SKIP:
-                rec.holds[rid] = why or "skip"
-                st.deferred.add(rid)
+            decision, why = decide(ctx, rid)
+            if decision is skip:
+                holds[rid] = why or "skip"
+                defer_add(rid)
                 continue
             if decision is Decision.STOP:
                 rec.holds[rid] = why or "stop"
@@ -353,13 +369,22 @@ class Scheduler:
             if rs.req.adapter > 0:
                 scheduled_loras.add(rs.req.adapter)
             self.gate.admitted(ctx, rid)
-        if stop_reason is not None:
-            for rid in order:
-                if rid not in admitted and rid not in rec.holds:
-                    rec.holds[rid] = stop_reason
+        if stop_reason is not None and self.all_holds:
+            # Every request the scan reached was admitted or is in `holds`;
+            # the rest (from the one it stopped before, or after the one it
+            # stopped at) is left waiting for the stop's reason.
+            k = order.index(rid) + (rid in holds)
+            holds.update(dict.fromkeys(order[k:], stop_reason))
         # Skipped requests go back to the head in their original order, so
         # `waiting` keeps its order minus the admitted requests.
-        st.waiting = [r for r in st.waiting if r not in admitted]
+        if admitted:
+            waiting = list(st.waiting)
+            try:
+                for r in admitted:  # each id is in `waiting` once
+                    waiting.remove(r)
+            except ValueError:  # one that was not waiting (a gate's own order): filter instead
+                waiting = [r for r in st.waiting if r not in admitted]
+            st.waiting = waiting
         if not defer:
             # A scan that could admit prefills records whether requests are
             # left waiting for capacity rather than skipped.
@@ -389,33 +414,32 @@ class Scheduler:
     # ---- _update_after_schedule / update_from_output ---------------------
     def _update_after_schedule(self, scheduled: dict[str, int]) -> set[str]:
         samples: set[str] = set()
+        reqs, async_ = self.state.reqs, self.config.async_scheduling
         for rid, n in scheduled.items():
-            rs = self.state.reqs[rid]
+            rs = reqs[rid]
             rs.computed += n
             rs.in_flight += n
-            rs.is_prefill_chunk = rs.computed < rs.num_tokens + rs.placeholders
+            rs.is_prefill_chunk = rs.computed < rs.req.prompt_tokens + rs.generated + rs.placeholders
             if not rs.is_prefill_chunk:
                 samples.add(rid)
-                if self.config.async_scheduling:
+                if async_:
                     rs.placeholders += 1
         return samples
 
     def _apply_output(self, out: _Pending) -> None:
-        st = self.state
+        reqs, samples, async_ = self.state.reqs, out.samples, self.config.async_scheduling
         finished: list[str] = []
         for rid, n in out.scheduled.items():
-            rs = st.reqs[rid]
+            rs = reqs[rid]
             rs.in_flight -= n
             stale = False
             if rs.stale > 0:
                 stale = True
                 rs.stale -= n
-            if rs.status in ("finished", "aborted"):
-                continue
-            if rid not in out.samples:
+            if rid not in samples or rs.status == "finished" or rs.status == "aborted":
                 continue
             rs.generated += 1
-            if self.config.async_scheduling and not stale:
+            if async_ and not stale:
                 rs.placeholders -= 1
             if rs.generated >= rs.req.max_tokens:
                 self._retire(rid, "finished")

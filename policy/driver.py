@@ -104,7 +104,8 @@ def run(
     `keep_records=False` keeps memory to the live requests: step records go
     only to the trace (when `trace_path` is given), the scheduler forgets
     finished requests, and each request's first admission is summarised as
-    the run goes (`RunResult`).
+    the run goes (`RunResult`), and a scan that stops early costs what it
+    reached, not the whole queue (`Scheduler.all_holds`).
     The clock jumps over idle steps (nothing waiting or running) to the next
     arrival, as vLLM's engine does not call `schedule()` without requests.
     With `prefill_schedule_interval > 1` each step is throttled as vLLM's DP
@@ -117,7 +118,9 @@ def run(
         config = replace(config, policy=policy)
     if _RELEASE is not None:
         config = replace(config, vllm=_RELEASE)
-    sched = Scheduler(config, gate if gate is not None else make_gate(config.policy), forget_done=not keep_records)
+    # Without records nobody reads a step's `holds`: the scan reports only what it reached.
+    sched = Scheduler(config, gate if gate is not None else make_gate(config.policy), forget_done=not keep_records,
+                      all_holds=keep_records)
     first: dict[str, int | None] | None = None if keep_records else {}
     arrival: dict[str, int] = {}
     n_steps = 0

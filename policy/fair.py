@@ -326,6 +326,9 @@ def slot_outputs_left(running: Iterable[tuple[int, int]]) -> dict[int, int]:
     return left
 
 
+_GUARD, _CAP, _ADMIT = (Decision.SKIP, "fair_guard"), (Decision.SKIP, "lora_cap"), (Decision.ADMIT, None)
+
+
 class FairGate(GateBase):
     """`fair` in the reference core: `FairGuard` fed from the core's state."""
 
@@ -370,7 +373,12 @@ class FairGate(GateBase):
 
     def scan_order(self, ctx: ScanContext, queue: list[str]) -> list[str]:
         first = self.front(ctx)
-        return first + [r for r in queue if r not in first]
+        if not first:
+            return queue
+        rest = list(queue)
+        if first[0] in rest:  # ids are unique in `waiting`: the queue less r*, in order
+            rest.remove(first[0])
+        return first + rest
 
     def decide(self, ctx: ScanContext, rid: str) -> tuple[Decision, str | None]:
         st = ctx.state
@@ -382,10 +390,10 @@ class FairGate(GateBase):
                 guard.visit_star(slot_outputs_left((st.adapter(r), st.reqs[r].req.max_tokens - st.reqs[r].generated)
                                                    for r in st.running))
             if guard.holds(rid, adapter, rs.req.max_tokens - rs.generated):
-                return Decision.SKIP, "fair_guard"
+                return _GUARD
         if cap_blocks(self._active, adapter, st.config.max_loras):
-            return Decision.SKIP, "lora_cap"
-        return Decision.ADMIT, None
+            return _CAP
+        return _ADMIT
 
     def admitted(self, ctx: ScanContext, rid: str) -> None:
         self._guard(ctx.state).admitted(rid)

@@ -10,13 +10,19 @@ the active adapters keep receiving requests (vLLM #16876, SGLang #15129).
 
 from __future__ import annotations
 
-from lora_sched.policy.gate import Decision, GateBase, ScanContext, vllm_cap_blocks
+from lora_sched.policy.gate import Decision, GateBase, ScanContext
+from lora_sched.spec.cap import cap_blocks
+
+_SKIP = (Decision.SKIP, "lora_cap")
+_ADMIT = (Decision.ADMIT, None)
 
 
 class VllmGate(GateBase):
     name = "vllm"
 
     def decide(self, ctx: ScanContext, rid: str) -> tuple[Decision, str | None]:
-        if vllm_cap_blocks(ctx, ctx.state.adapter(rid)):
-            return Decision.SKIP, "lora_cap"
-        return Decision.ADMIT, None
+        # `gate.vllm_cap_blocks`, unfolded: the scan asks once per request it visits.
+        st = ctx.state
+        if cap_blocks(ctx.scheduled_loras, st.reqs[rid].req.adapter, st.config.max_loras):
+            return _SKIP
+        return _ADMIT

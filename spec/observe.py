@@ -152,7 +152,7 @@ class Observer:
         self._by.get(self._status.pop(rid), set()).discard(rid)
         self._ever.discard(rid)
         r = o.req
-        self._retired[rid] = _RETIRED.pack(
+        self._retired[r.id] = _RETIRED.pack(  # keyed by the arrival's id string, which the reader keeps too
             o.seq, r.adapter, r.prompt_tokens, r.max_tokens, r.arrival, r.priority, _STATUS[o.status],
             o.computed, o.sampled, o.waiting_since, -1 if o.first_admitted is None else o.first_admitted)
 

@@ -9,12 +9,18 @@ then `lora-sched check TRACE --policy vllm` runs on it in a fresh process,
 every property plus the replay, and the benchmark prints its wall and CPU
 time, steps per second of each (the CPU figure is the one to read on a
 shared machine: it includes the interpreter's start) and peak RSS (the
-child's `ru_maxrss`). Prefixes of
-increasing length show whether the cost is linear.
+child's `ru_maxrss`), with the load average around the check (on a shared
+machine the wall figure depends on it). Traces of increasing length show
+whether the cost is linear.
 
     python -m lora_sched.bench.checkspeed [--steps 10000 100000 ...] [--dir out/checkspeed]
+    python -m lora_sched.bench.checkspeed --goal   # issue 22: a 4 M-step trace, against the goal
 
-Figures are printed, never asserted (they depend on the machine).
+`--goal` generates a 4 000 000-step trace (about 2 M requests, 150 MB gzip,
+minutes of simulation), checks it, prints the figures against the goal
+(>= 10 000 steps/s with the replay, <= 1 GB peak) and deletes the trace
+(`--keep` keeps it). Figures are printed, never asserted (they depend on
+the machine).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import resource
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from lora_sched.policy.driver import Workload, run
@@ -36,6 +43,7 @@ from lora_sched.spec.request import Request
 CONFIG = Config(max_loras=4, max_num_seqs=32, max_num_batched_tokens=2048, policy="vllm")
 ADAPTERS = 16
 RATE = 0.5  # arrivals per step
+GOAL_STEPS, GOAL_RATE, GOAL_MB = 4_000_000, 10_000, 1024  # issue 22
 
 
 def serving_requests(steps: int, *, seed: int = 1, rate: float = RATE, adapters: int = ADAPTERS) -> list[Request]:
@@ -54,11 +62,11 @@ def serving_requests(steps: int, *, seed: int = 1, rate: float = RATE, adapters:
         reqs.append(Request(f"r{len(reqs)}", adapter, prompt, output, int(t)))
 
 
-def make_trace(path: Path, steps: int) -> tuple[int, float]:
+def make_trace(path: Path, steps: int, config: Config = CONFIG) -> tuple[int, float]:
     """Simulate the serving trace into `path`; returns (steps, seconds)."""
     reqs = serving_requests(steps)
     t = time.perf_counter()
-    result = run(CONFIG, Workload(reqs), trace_path=path, keep_records=False, max_steps=10 * steps + 1000,
+    result = run(config, Workload(reqs), trace_path=path, keep_records=False, max_steps=10 * steps + 1000,
                  source="lora-sched reference (bench.checkspeed)")
     return result.steps, time.perf_counter() - t
 
@@ -69,10 +77,12 @@ def time_check(path: Path, policy: str | None = "vllm") -> dict[str, object]:
     if policy is not None:
         cmd += ["--policy", policy]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load = os.getloadavg()[0]
     t = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load = (load + os.getloadavg()[0]) / 2
     peak_kb = after.ru_maxrss
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     if out.returncode not in (0, 1):
@@ -81,7 +91,7 @@ def time_check(path: Path, policy: str | None = "vllm") -> dict[str, object]:
     return {"steps": v["steps"], "requests": v["requests"], "seconds": wall, "cpu": cpu, "ok": v["ok"],
             # ru_maxrss of the children is the largest so far: only a new maximum is this child's own.
             "peak_mb": peak_kb / 1024 if peak_kb > before.ru_maxrss else None,
-            "replay": v.get("replay", {}).get("verdict")}
+            "replay": v.get("replay", {}).get("verdict"), "load": load}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,24 +100,36 @@ def main(argv: list[str] | None = None) -> int:
                    help="trace lengths to generate and check (increasing: the peak RSS of each is its own)")
     p.add_argument("--dir", default="out/checkspeed", help="where the traces go")
     p.add_argument("--keep", action="store_true", help="keep the generated traces")
+    p.add_argument("--kv-blocks", type=int, default=None,
+                   help="KV blocks of 16 tokens (a recorded trace always has a limit; default: unlimited)")
+    p.add_argument("--goal", action="store_true",
+                   help=f"check one {GOAL_STEPS:,}-step trace and compare with issue 22's goal (minutes)")
     args = p.parse_args(argv)
+    if args.goal:
+        args.steps = [GOAL_STEPS]
+    config = CONFIG if args.kv_blocks is None else replace(CONFIG, kv_blocks=args.kv_blocks)
     d = Path(args.dir)
     d.mkdir(parents=True, exist_ok=True)
-    print(f"config: {json.dumps(CONFIG.to_dict())}; {ADAPTERS} adapters, {RATE} arrivals/step; "
+    print(f"config: {json.dumps(config.to_dict())}; {ADAPTERS} adapters, {RATE} arrivals/step; "
           f"check = every property + replay against vllm, in a child process", flush=True)
     print(f"{'steps':>10} {'requests':>9} {'trace MB':>9} {'gen s':>7} {'wall s':>7} {'cpu s':>7} "
-          f"{'steps/s':>8} {'/cpu s':>8} {'peak MB':>8} verdict", flush=True)
+          f"{'steps/s':>8} {'/cpu s':>8} {'peak MB':>8} {'load':>5} verdict", flush=True)
     for n in sorted(args.steps):
         path = d / f"serving-{n}.jsonl.gz"
-        steps, gen_s = make_trace(path, n)
+        steps, gen_s = make_trace(path, n, config)
         r = time_check(path)
         size = path.stat().st_size / 2**20
         peak = f"{r['peak_mb']:8.0f}" if r["peak_mb"] is not None else f"{'<prev':>8}"
         print(f"{r['steps']:>10} {r['requests']:>9} {size:9.1f} {gen_s:7.1f} {r['seconds']:7.1f} {r['cpu']:7.1f} "
-              f"{r['steps'] / r['seconds']:8.0f} {r['steps'] / r['cpu']:8.0f} {peak} {'ok' if r['ok'] else 'FAILED'} "
-              f"(replay {r['replay']})", flush=True)
+              f"{r['steps'] / r['seconds']:8.0f} {r['steps'] / r['cpu']:8.0f} {peak} {r['load']:5.1f} "
+              f"{'ok' if r['ok'] else 'FAILED'} (replay {r['replay']})", flush=True)
         if not args.keep:
             os.unlink(path)
+        if args.goal:
+            peak = f"{r['peak_mb']:,.0f} MB" if r["peak_mb"] is not None else "not measured"
+            print(f"goal (issue 22): >= {GOAL_RATE:,} steps/s with the replay: {r['steps'] / r['seconds']:,.0f} "
+                  f"per wall second, {r['steps'] / r['cpu']:,.0f} per CPU second (load {r['load']:.1f}); "
+                  f"<= {GOAL_MB} MB peak: {peak}", flush=True)
     return 0
 
 

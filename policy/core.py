@@ -211,6 +211,9 @@ class Scheduler:
         # First, schedule the RUNNING requests.
         reqs, running, sched = st.reqs, st.running, rec.scheduled
         kv_unlimited, bs = cfg.kv_blocks is None, cfg.block_size
+        # KV blocks `running` holds (`State.used_blocks`), kept as allocations
+        # and preemptions change it rather than summed for every request.
+        used = 0 if kv_unlimited else st.used_blocks()
         i = 0
         while i < len(running) and budget > 0:
             rid = running[i]
@@ -241,7 +244,11 @@ class Scheduler:
                 if need > rs.blocks:
                     rs.blocks = need
             else:
-                while not self._allocate(rs, rs.computed + n):
+                while True:
+                    held = rs.blocks
+                    if self._allocate(rs, rs.computed + n, cfg.kv_blocks - used):
+                        used += rs.blocks - held
+                        break
                     if cfg.queue == "priority":
                         victim = max(st.running, key=lambda r: st.reqs[r].priority_key())
                         vi = st.running.index(victim)
@@ -253,6 +260,7 @@ class Scheduler:
                             budget += rec.scheduled.pop(victim)
                     else:
                         victim = st.running.pop()
+                    used -= reqs[victim].blocks  # it leaves `running`, freeing them
                     self._preempt(victim, step)
                     rec.preempted.append(victim)
                     if victim == rid:
@@ -283,7 +291,7 @@ class Scheduler:
             if self.all_holds:  # `holds` is empty so far: one reason for every waiting request
                 rec.holds.update(dict.fromkeys(st.waiting, "preemption"))
         else:
-            prefill |= self._scan_waiting(step, rec, budget, threshold, scheduled_loras, defer)
+            prefill |= self._scan_waiting(step, rec, budget, threshold, scheduled_loras, defer, used)
         if rec.scheduled:
             self._executed += 1
         if prefill:
@@ -293,9 +301,11 @@ class Scheduler:
         return rec
 
     def _scan_waiting(
-        self, step: int, rec: StepRecord, budget: int, threshold: int, scheduled_loras: set[int], defer: bool
+        self, step: int, rec: StepRecord, budget: int, threshold: int, scheduled_loras: set[int], defer: bool,
+        used: int,
     ) -> bool:
-        """The waiting scan; returns whether it admitted a request with prefill left."""
+        """The waiting scan; returns whether it admitted a request with prefill left.
+        `used`: the KV blocks `running` holds when it starts (0 when KV is unlimited)."""
         st, cfg = self.state, self.config
         prefill = False
         ctx = ScanContext(st, step, scheduled_loras)
@@ -347,16 +357,17 @@ class Scheduler:
                 break
             n = min(n, budget)
             # Whole current sequence must fit (scheduler_reserve_full_isl).
-            free = st.free_blocks()
+            free = None if cfg.kv_blocks is None else cfg.kv_blocks - used  # `State.free_blocks`
             if free is not None and blocks_for(rs.num_tokens, cfg.block_size) - rs.blocks > free:
                 rec.holds[rid] = "kv"
                 stop_reason = "kv"
                 break
-            if not self._allocate(rs, rs.computed + n):
+            if not self._allocate(rs, rs.computed + n, free):
                 rec.holds[rid] = "kv"
                 stop_reason = "kv"
                 break
             st.running.append(rid)
+            used += rs.blocks
             st.deferred.discard(rid)
             admitted.add(rid)
             rec.admitted.append(rid)
@@ -391,9 +402,10 @@ class Scheduler:
             st.prefill_capacity_bound = len(st.waiting) > len(st.deferred)
         return prefill
 
-    def _allocate(self, rs: ReqState, tokens: int) -> bool:
+    def _allocate(self, rs: ReqState, tokens: int, free: int | None) -> bool:
+        """Grow `rs` to hold `tokens` if the blocks it adds fit the `free` ones
+        (`State.free_blocks`, None: unlimited); False when they do not."""
         need = blocks_for(tokens, self.config.block_size)
-        free = self.state.free_blocks()
         if free is not None and need - rs.blocks > free:
             return False
         rs.blocks = max(rs.blocks, need)

@@ -65,7 +65,10 @@ def _context(sched: Scheduler, ours: StepRecord, recent: Iterable[StepRecord]) -
     rows = ["    recent steps of the trace:", *(f"      {_fmt(r)}" for r in list(recent)[-4:]),
             f"    reference state after the step (holds: {ours.holds}):"]
     for rid in [*ours.running, *ours.waiting][:24]:
-        rs = st.reqs[rid]
+        rs = st.reqs.get(rid)
+        if rs is None:  # retired and forgotten since (`Scheduler(forget_done=True)`)
+            rows.append(f"      {rid:>12} finished or aborted, no longer in the reference state")
+            continue
         rows.append(f"      {rid:>12} adapter={rs.req.adapter} prompt={rs.req.prompt_tokens} "
                     f"max_tokens={rs.req.max_tokens} arrival={rs.req.arrival} priority={rs.req.priority} "
                     f"computed={rs.computed} generated={rs.generated} blocks={rs.blocks} status={rs.status}")

@@ -179,3 +179,25 @@ def test_simulator_without_records_summarises_the_same_run(tmp_path, name, polic
     assert (tmp_path / "a.jsonl").read_text() == (tmp_path / "b.jsonl").read_text()
     assert len(lean.scheduler.state.reqs) < len(kept.scheduler.state.reqs)
     assert replay(read_trace(tmp_path / "b.jsonl"), policy).ok
+
+
+@pytest.mark.parametrize("policy", ["vllm", "fair"])
+def test_a_late_finish_divergence_is_reported_not_crashed(tmp_path, policy):
+    """Async: a step's finishes are compared one step late, when the
+    reference may have forgotten them (`forget_done`); a trace whose step
+    drops its `finished` list still gets a divergence report naming them
+    (it crashed with a KeyError while building the report's context)."""
+    sc = SCENARIOS["aborts"]
+    cfg = Config(**{**sc.config.to_dict(), "async_scheduling": True})
+    path = tmp_path / "t.jsonl"
+    run(cfg, sc.workload, policy="fair", trace_path=path)
+    lines = path.read_text().splitlines()
+    finishing = [i for i, ln in enumerate(lines) if json.loads(ln).get("kind") == "step" and json.loads(ln)["finished"]]
+    assert finishing
+    for i in finishing:
+        obj = json.loads(lines[i])
+        obj["finished"] = []
+        write_lines(tmp_path / "m.jsonl", [*lines[:i], json.dumps(obj), *lines[i + 1:]])
+        report = check_file(str(tmp_path / "m.jsonl"), policy)
+        assert report.replay is not None and not report.replay.ok, format_report(report)
+        assert "finished" in str(report.replay.divergence)

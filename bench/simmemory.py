@@ -12,13 +12,14 @@ record kept, as callers that read `RunResult.records` do.
     python -m lora_sched.bench.simmemory [--sizes 1000 5000] [--policies vllm fair] [--records]
     python -m lora_sched.bench.simmemory --issue   # 5k, 10k and 50k (tens of minutes)
 
-The time per step follows the requests a step's waiting scan visits: with
-few requests per adapter the seats never fill, the scan walks the whole
-queue (vLLM's does too: it skips each request of an inactive adapter), so a
-burst of N costs O(steps x N); once the adapters' requests can fill the
-seats (50k over 500 adapters: 100 each, 4 active, 256 seats) the scan stops
-at once, as vLLM's does, and a step costs what it visits. Figures are
-printed, never asserted.
+The time per step follows the requests a step's waiting scan visits, which
+are the ones vLLM's own scan visits: it skips each request of an adapter
+the full cap keeps out and goes on until the seats or the budget run out.
+With few requests per adapter (5k, 10k over 500) the seats never fill and
+every scan walks the whole queue; at 50k (100 requests per adapter) they
+fill, but each time some free the scan walks from the head to the active
+adapters' requests deep in the queue. A burst of N costs O(steps x N)
+either way. Figures are printed, never asserted.
 """
 
 from __future__ import annotations

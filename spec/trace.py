@@ -407,6 +407,11 @@ class TraceReader:
         try:
             for n, raw in self._lines:
                 self._seen = n
+                # A step or arrival line that passes every check at once (msgspec's
+                # typed decoding, else json's object checked in bulk) is yielded
+                # here; any other line, or one that fails, is read field by field below.
+                rec: StepRecord | None = None
+                req: Request | None = None
                 if typed is not None:
                     try:
                         line = typed(raw)
@@ -415,38 +420,29 @@ class TraceReader:
                     if line is not None:
                         if type(line) is _StepLine:
                             rec = _typed_step(line, known, ahead, last_step)
-                            if rec is not None:
-                                last_step = rec.step
-                                self.steps += 1
-                                yield Step(n, rec)
-                                continue
                         else:
                             req = _typed_arrival(line, known, last_step)
-                            if req is not None:
-                                known[req.id] = ahead[req.id] = req.arrival
-                                self.requests += 1
-                                yield Arrive(n, req.arrival, req)
-                                continue
-                obj = self._parse(n, raw)
-                if obj is _BLANK:
+                if rec is None and req is None:
+                    obj = self._parse(n, raw)
+                    if obj is _BLANK:
+                        continue
+                    if obj is None:  # a truncated last line
+                        break
+                    kind = obj.get("kind")
+                    if kind == "step":
+                        rec = _well_formed_step(obj, known, ahead, last_step)
+                    elif kind == "arrive":
+                        req = _well_formed_arrival(obj, known, last_step)
+                if rec is not None:
+                    last_step = rec.step
+                    self.steps += 1
+                    yield Step(n, rec)
                     continue
-                if obj is None:  # a truncated last line
-                    break
-                kind = obj.get("kind")
-                if kind == "step":
-                    rec = _well_formed_step(obj, known, ahead, last_step)
-                    if rec is not None:  # the common case, checked in bulk; else the checks below say why
-                        last_step = rec.step
-                        self.steps += 1
-                        yield Step(n, rec)
-                        continue
-                elif kind == "arrive":
-                    req = _well_formed_arrival(obj, known, last_step)
-                    if req is not None:
-                        known[req.id] = ahead[req.id] = req.arrival
-                        self.requests += 1
-                        yield Arrive(n, req.arrival, req)
-                        continue
+                if req is not None:
+                    known[req.id] = ahead[req.id] = req.arrival
+                    self.requests += 1
+                    yield Arrive(n, req.arrival, req)
+                    continue
 
                 def err(reason: str, n: int = n) -> TraceError:
                     return TraceError(self.file, n, reason)

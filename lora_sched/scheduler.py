@@ -22,9 +22,7 @@ two hook calls; every other statement is vLLM's, unchanged:
 1. the LoRA-cap `if` (its test reads `max_loras`, `scheduled_loras` and
    `lora_request`; its body is `skip_request(...); continue`) becomes
    `_d = self._lora_gate(request, scheduled_loras)`, then `break` on "stop"
-   and vLLM's own skip body on "skip" (a request of an adapter outside the
-   mixin's `_lora_closed` set, when there is one, is "skip" without the
-   call: `GateMixin`);
+   and vLLM's own skip body on "skip";
 2. the `if` that guards the waiting scan (its test reads `preempted_reqs`;
    it holds `while token_budget > 0:`) gets
    `self._before_waiting_scan(scheduled_loras)` as its first statement

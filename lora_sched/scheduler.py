@@ -162,23 +162,13 @@ def hook_schedule(source: str, *, version: str = vllm.__version__, filename: str
     stmts, i = _find(tree, _is_lora_cap_if, "LoRA-cap `if` blocks (`skip_request(...); continue` "
                      "under a test of max_loras / scheduled_loras)", version)
     original = stmts[i]
-    # While the mixin's `_lora_closed` set is not None, a request of an adapter
-    # outside it is skipped without a call (`GateMixin`, `Gate.cap_closed`):
-    # under a full cap the scan visits every waiting request, and a method
-    # call per request is most of what a policy adds to vLLM's own scan.
     hook = ast.parse(
-        "_lora_closed = self._lora_closed\n"
-        "if (_lora_closed is not None and request.lora_request is not None\n"
-        "        and request.lora_request.lora_int_id not in _lora_closed\n"
-        "        and request.lora_request.lora_int_id > 0 and request.request_id not in self._lora_first):\n"
-        "    _lora_decision = 'skip'\n"
-        "else:\n"
-        "    _lora_decision = self._lora_gate(request, scheduled_loras)\n"
+        "_lora_decision = self._lora_gate(request, scheduled_loras)\n"
         "if _lora_decision == 'stop':\n    break\n"
         "if _lora_decision == 'skip':\n    pass\n"
     ).body
-    assert isinstance(original, ast.If) and isinstance(hook[3], ast.If)
-    hook[3].body = original.body  # vLLM's own skip: skip_request(request_queue); continue
+    assert isinstance(original, ast.If) and isinstance(hook[2], ast.If)
+    hook[2].body = original.body  # vLLM's own skip: skip_request(request_queue); continue
     for node in hook:
         ast.copy_location(node, original)
     stmts[i:i + 1] = hook
@@ -338,6 +328,9 @@ def settings_from(vllm_config: Any) -> dict[str, int]:
 
 # ---- the policies ------------------------------------------------------------------
 
+_SKIP = Decision.SKIP.value  # what the hooked `if` reads as vLLM's own skip
+
+
 def _adapter(request: Request) -> int:
     lora = request.lora_request
     return lora.lora_int_id if lora is not None else 0
@@ -348,11 +341,6 @@ class HookedMixin:
 
     policy_name = "vllm"
     schedule = _SCHEDULE
-    # Read by the hooked LoRA check before it calls `_lora_gate`: while
-    # `_lora_closed` is not None, a request of an adapter (> 0) outside it and
-    # not in `_lora_first` is skipped without the call (`GateMixin`).
-    _lora_closed: set[int] | None = None
-    _lora_first: set[str] | frozenset[str] = frozenset()
 
     def _lora_gate(self, request: Request, scheduled_loras: set[int]) -> str:
         """'admit', 'skip' (keep scanning) or 'stop' (end the scan): vLLM's rule."""
@@ -432,12 +420,9 @@ class GateMixin(HookedMixin):
         self._freed: list[str] = []  # freed since the last schedule() began
         self._star_front: tuple[Request, list[Request]] | None = None  # r* moved first, what was ahead of it
         # `Gate.cap_closed` (fair): while not None, a request of an adapter (> 0)
-        # outside it is skipped by the hooked check without a call to
-        # `_lora_gate`, unless `front` put it first (in `_lora_first`). None
-        # while a request let through is not yet flushed (`_flush_admitted`):
-        # its admission may change the set.
-        self._lora_closed = None
-        self._lora_first = frozenset()
+        # outside it is skipped without a call to `decide`, unless `front` put it first.
+        self._closed: set[int] | None = None
+        self._first: set[str] = set()
         if not self._indexed:
             s.waiting = ScanOrderQueue(s.waiting)
 
@@ -524,19 +509,20 @@ class GateMixin(HookedMixin):
     def _flush_admitted(self) -> None:
         """Tell the gate about the request it let through, if it joined `running`."""
         request, self._candidate = self._candidate, None
-        if request is not None and request.status == RequestStatus.RUNNING and self._ctx is not None:
-            rid = request.request_id
-            rs = self.mirror.reqs[rid]
-            rs.status = "running"
-            if rs.first_admitted is None:
-                rs.first_admitted = self.mirror.step
-            self.mirror.running.append(rid)
-            self.gate.admitted(self._ctx, rid)
+        if request is None or request.status != RequestStatus.RUNNING or self._ctx is None:
+            return
+        rid = request.request_id
+        rs = self.mirror.reqs[rid]
+        rs.status = "running"
+        if rs.first_admitted is None:
+            rs.first_admitted = self.mirror.step
+        self.mirror.running.append(rid)
+        self.gate.admitted(self._ctx, rid)
         self._refresh_closed()
 
     def _refresh_closed(self) -> None:
         closed: Any = getattr(self.gate, "cap_closed", None)
-        self._lora_closed = None if closed is None or self._ctx is None else closed(self._ctx)
+        self._closed = None if closed is None or self._ctx is None else closed(self._ctx)
 
     # ---- the hooks ---------------------------------------------------------------
     def _before_waiting_scan(self, scheduled_loras: set[int]) -> None:
@@ -546,7 +532,7 @@ class GateMixin(HookedMixin):
         if self._indexed:  # the gate indexes `waiting`: only what it puts first moves
             front: Any = self.gate
             first = [s.requests[rid] for rid in front.front(self._ctx) if rid in s.requests]
-            self._lora_first = {r.request_id for r in first}
+            self._first = {r.request_id for r in first}
             if first:
                 self._put_first(first[0])
             self._refresh_closed()
@@ -606,7 +592,12 @@ class GateMixin(HookedMixin):
             queue.insert(place, star)
 
     def _lora_gate(self, request: Request, scheduled_loras: set[int]) -> str:
-        # A request the hooked check skips under `_lora_closed` never gets here.
+        closed = self._closed
+        if closed is not None and self._candidate is None:  # the cap is full: `Gate.cap_closed`
+            lora = request.lora_request
+            if lora is not None and lora.lora_int_id > 0 and lora.lora_int_id not in closed \
+                    and request.request_id not in self._first:
+                return _SKIP
         if self._candidate is not None:
             self._flush_admitted()
         assert self._ctx is not None and self._ctx.scheduled_loras is scheduled_loras
@@ -615,13 +606,12 @@ class GateMixin(HookedMixin):
         decision, _why = self.gate.decide(self._ctx, request.request_id)
         if decision is Decision.ADMIT:
             self._candidate = request
-            self._lora_closed = None  # until `_flush_admitted` tells the gate
         return decision.value
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         s: Any = self
         freed, self._freed = self._freed, []
-        self._ctx, self._lora_closed, self._lora_first = None, None, frozenset()
+        self._ctx, self._closed, self._first = None, None, set()
         try:
             out = super().schedule(*args, **kwargs)  # type: ignore[misc]
         finally:
@@ -630,7 +620,7 @@ class GateMixin(HookedMixin):
             else:
                 s.waiting.unpin()
         self._flush_admitted()
-        self._lora_closed, self._lora_first = None, frozenset()
+        self._closed, self._first = None, set()
         self._sync()
         batch = {_adapter(s.requests[rid]) for rid in out.num_scheduled_tokens} - {0}
         ctx = self._ctx if self._ctx is not None else ScanContext(self.mirror, s.current_step, set(batch))

@@ -127,7 +127,6 @@ class TraceCheck:
     """
 
     def __init__(self, trace: Trace, policy: str | None = None, *, keep_waits: bool = True) -> None:
-        self._due = due_events
         self.trace = trace
         holds = None
         if trace.config.policy == "fair":
@@ -152,7 +151,7 @@ class TraceCheck:
         self.stats.step(rec)
         obs, rp = self.obs, self.replayer
         if self.pending:
-            for e in self._due(self.pending, rec.step):
+            for e in due_events(self.pending, rec.step):
                 if isinstance(e, Arrive):
                     obs.arrive(e.req)
                 else:

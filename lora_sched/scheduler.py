@@ -36,7 +36,11 @@ indexes `waiting` itself and puts one request first (`fair`'s r*, through
 `Gate.front`) leaves vLLM's FCFS deque in place: r* is moved to its front
 for the scan and, if the scan leaves it waiting, moved back to where the
 reference keeps it (`_put_first`, `_put_back`), so the scan's peeks and
-pops are vLLM's own. No request field is written.
+pops are vLLM's own. Once the cap is full (`Gate.cap_closed`), the requests
+vLLM's scan would only skip are passed over before its loop reaches them
+(`PassOverQueue`, for that one scan) and go back among its skipped
+requests in the order they had, so vLLM's loop visits the requests that
+can run, not the whole backlog. No request field is written.
 
 If the installed vLLM is not a release `spec.releases` lists (0.32.x,
 0.33.x), or its `schedule()` does not have exactly one node of each shape,
@@ -306,6 +310,117 @@ class ScanOrderQueue(RequestQueue):
         return iter(self.inner)
 
 
+class PassOverQueue(RequestQueue):
+    """vLLM's FCFS waiting deque for one scan of a gate with `cap_closed`
+    (`fair`), passing over the requests the full cap skips.
+
+    Once the cap is full, vLLM's scan visits every waiting request of another
+    adapter only to skip it (its loop's checks, the hooked LoRA check,
+    `skip_request`): under a backlog over many adapters that is most of
+    `schedule()`'s time. This queue takes such a request out of the deque
+    before vLLM's loop reaches it (in `__bool__`, which the loop asks right
+    before each `peek_request`) when vLLM's own visit would skip it and do
+    nothing else: the driver's shortcut skips it (`owner.passes_over`: an
+    adapter (> 0) outside `cap_closed`, not put first, no admission pending),
+    its status is plain WAITING or PREEMPTED (`_handle_blocked_waiting_request`
+    changes nothing), it holds no KV blocks (the skip would queue it in
+    `waiting`, not `kv_holding_waiting`), and it is already in vLLM's
+    `deferred_waiting` (the skip's `deferred_waiting.add` is a no-op). When
+    vLLM puts its skipped requests back (`prepend_requests`), or after the
+    scan (`restore`), the passed-over requests go back among them in visit
+    order, so the deque ends as vLLM's own skips leave it: every request still
+    waiting, in the order it had. `passed` counts them over the scheduler's
+    life."""
+
+    def __init__(self, inner: Any, owner: Any) -> None:
+        self.inner = inner
+        self.owner = owner
+        self.taken: list[Request] = []  # out of the deque this scan, in visit order
+        self.aside: set[int] = set()  # ids of those passed over, not yet put back
+        self.scanning = True
+
+    def _pass_over(self) -> None:
+        owner = self.owner
+        closed = owner._closed
+        if closed is None or owner._candidate is not None or not self.scanning:
+            return
+        q, first, deferred = self.inner, owner._first, owner.deferred_waiting
+        n = 0
+        for r in q:  # the run at the head that vLLM's visits would skip, then take it out at once
+            lora = r.lora_request
+            if (lora is None or lora.lora_int_id <= 0 or lora.lora_int_id in closed
+                    or r.request_id in first or r.status not in _PLAIN or r.num_computed_tokens
+                    or r not in deferred):
+                break
+            n += 1
+        if n:
+            popleft = q.popleft
+            run = [popleft() for _ in range(n)]
+            self.taken += run
+            self.aside.update(map(id, run))
+            owner.passed += n
+
+    def __bool__(self) -> bool:
+        self._pass_over()
+        return bool(self.inner)
+
+    # What vLLM peeks right after asking is what it pops: nothing is passed over between.
+    def peek_request(self) -> Request:
+        return self.inner.peek_request()
+
+    def pop_request(self) -> Request:
+        out = self.inner.pop_request()
+        self.taken.append(out)
+        return out
+
+    def prepend_requests(self, requests: Iterable[Request]) -> None:
+        """vLLM's skipped requests back at the front (its scan is over), with
+        the passed-over ones among them in visit order."""
+        self.scanning = False
+        if not self.aside:
+            self.inner.prepend_requests(requests)
+            return
+        back = self.aside | {id(r) for r in requests}
+        self.aside = set()
+        self.inner.extendleft(reversed([r for r in self.taken if id(r) in back]))
+
+    def restore(self) -> Any:
+        """After the scan: the deque, with any request still passed over (vLLM
+        skipped none of its own, so it put nothing back) at its front."""
+        if self.aside:
+            self.prepend_requests(())
+        self.scanning = False
+        return self.inner
+
+    def _aside(self) -> list[Request]:
+        return [r for r in self.taken if id(r) in self.aside]
+
+    # vLLM's loop only asks, peeks and pops until it puts its skipped requests
+    # back; the rest keeps the passed-over requests waiting, where they were.
+    def prepend_request(self, request: Request) -> None:
+        self.inner.prepend_request(request)
+
+    def add_request(self, request: Request) -> None:
+        self.inner.add_request(request)
+
+    def remove_request(self, request: Request) -> None:
+        self.remove_requests([request])
+
+    def remove_requests(self, requests: Iterable[Request]) -> None:
+        requests = list(requests)
+        out = {id(r) for r in requests} & self.aside
+        if out:
+            self.aside -= out
+            self.taken = [r for r in self.taken if id(r) not in out]
+        self.inner.remove_requests([r for r in requests if id(r) not in out])
+
+    def __len__(self) -> int:
+        return len(self.inner) + len(self.aside)
+
+    def __iter__(self) -> Iterator[Request]:
+        return iter([*self._aside(), *self.inner])
+
+
 # ---- settings ---------------------------------------------------------------------
 
 def settings_from(vllm_config: Any) -> dict[str, int]:
@@ -329,6 +444,7 @@ def settings_from(vllm_config: Any) -> dict[str, int]:
 # ---- the policies ------------------------------------------------------------------
 
 _SKIP = Decision.SKIP.value  # what the hooked `if` reads as vLLM's own skip
+_PLAIN = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 
 
 def _adapter(request: Request) -> int:
@@ -401,6 +517,8 @@ class GateMixin(HookedMixin):
     keeps no entry per request served.
     """
 
+    pass_over_queue: type[PassOverQueue] = PassOverQueue
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         s: Any = self
@@ -423,6 +541,9 @@ class GateMixin(HookedMixin):
         # outside it is skipped without a call to `decide`, unless `front` put it first.
         self._closed: set[int] | None = None
         self._first: set[str] = set()
+        # ... and, in vLLM's FCFS deque, passed over before its loop reaches them (`PassOverQueue`).
+        self._passes_over = self._indexed and hasattr(self.gate, "cap_closed")
+        self.passed = 0  # requests passed over, over the scheduler's life
         if not self._indexed:
             s.waiting = ScanOrderQueue(s.waiting)
 
@@ -536,6 +657,8 @@ class GateMixin(HookedMixin):
             if first:
                 self._put_first(first[0])
             self._refresh_closed()
+            if self._passes_over and isinstance(s.waiting, deque):
+                s.waiting = self.pass_over_queue(s.waiting, self)
             return
         order = self.gate.scan_order(self._ctx, list(self.mirror.waiting))
         queued = {r.request_id: r for r in s.waiting}
@@ -572,6 +695,8 @@ class GateMixin(HookedMixin):
         queue from its front, so those still waiting of the ones ahead of r*
         are the run of them right behind r*: that run's length is its place."""
         s: Any = self
+        if isinstance(s.waiting, self.pass_over_queue):
+            s.waiting = s.waiting.restore()
         if isinstance(s.waiting, ScanOrderQueue) and self._indexed:
             s.waiting = s.waiting.inner  # the priority heap's pin, for one scan
         moved, self._star_front = self._star_front, None

@@ -368,7 +368,8 @@ class FairGate(GateBase):
         victim (a held request of another adapter is skipped as well: the
         hold and the cap give the same answer, and the set only grows as the
         scan admits, so a later request of that adapter is skipped too).
-        vLLM's driver skips those requests without asking (`GateMixin`)."""
+        vLLM's driver skips those requests without asking, and passes over
+        them before vLLM's loop reaches them (`GateMixin`, `PassOverQueue`)."""
         return self._active if len(self._active) >= ctx.state.config.max_loras else None
 
     def scan_order(self, ctx: ScanContext, queue: list[str]) -> list[str]:

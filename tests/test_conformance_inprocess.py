@@ -74,6 +74,66 @@ def test_policy_classes_random_workloads(tmp_path, policy):
         _check(replace(cfg, policy=policy), wl, tmp_path, policy)
 
 
+def _pass_over_runs(tmp_path, queue_class=None) -> tuple[int, int]:
+    """fair's classes on 60 random workloads: (workloads on which `PassOverQueue`
+    passed requests over, workloads whose trace diverges from the reference)."""
+    from lora_sched.conformance.inprocess import run_workload
+    from lora_sched.policy.replay import replay
+    from lora_sched.spec.trace import read_trace
+
+    from lora_sched.scheduler import AsyncFairScheduler, FairScheduler
+
+    built: list = []
+
+    def counted(base: type) -> type:
+        class Counted(base):  # type: ignore[misc,valid-type]
+            if queue_class is not None:
+                pass_over_queue = queue_class
+
+            def __init__(self, *args, **kwargs) -> None:
+                super().__init__(*args, **kwargs)
+                built.append(self)
+
+        return Counted
+
+    classes = {False: counted(FairScheduler), True: counted(AsyncFairScheduler)}
+    exercised = diverged = 0
+    for seed in range(60):
+        cfg, wl = random_case(random.Random(10_000 + seed))
+        cfg = replace(cfg, policy="fair")
+        built.clear()
+        path = tmp_path / f"pass-{seed}.jsonl"
+        run_workload(cfg, wl, path, policy="fair", scheduler_class=classes[cfg.async_scheduling])
+        exercised += built[0].passed > 0
+        diverged += not replay(read_trace(str(path)), "fair").ok
+    return exercised, diverged
+
+
+def test_fair_passes_over_what_the_full_cap_skips(tmp_path):
+    """Inside vLLM, fair's scan passes over the waiting requests the full cap
+    skips (`PassOverQueue`) on a good share of random workloads, and every
+    trace still replays step for step: the queue vLLM leaves is its own."""
+    exercised, diverged = _pass_over_runs(tmp_path)
+    assert exercised >= 5 and diverged == 0, (exercised, diverged)
+
+
+def test_planted_pass_over_out_of_order_is_caught(tmp_path):
+    """The check above can fail: passed-over requests put back behind vLLM's
+    skipped ones, instead of among them in visit order, diverge."""
+    from lora_sched.scheduler import PassOverQueue
+
+    class Behind(PassOverQueue):
+        """the passed-over requests go back behind the ones vLLM skipped"""
+
+        def prepend_requests(self, requests) -> None:
+            self.scanning = False
+            aside, self.aside = self._aside(), set()
+            self.inner.extendleft(reversed([*reversed(list(requests)), *aside]))
+
+    exercised, diverged = _pass_over_runs(tmp_path, Behind)
+    assert exercised and diverged, f"{Behind.__doc__}: went unnoticed ({exercised} exercised)"
+
+
 @pytest.mark.parametrize("policy", ["vllm", "blocking", "fair"])
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 @pytest.mark.parametrize("async_scheduling", [False, True])

@@ -186,10 +186,97 @@ def test_star_first_keeps_the_queue_order(n: int, data: st.DataObject) -> None:
     queue = [f"q{i}" for i in range(n)]
     star = data.draw(st.sampled_from(queue))
     outcomes = data.draw(st.lists(st.sampled_from(["skip", "admit", "stop"]), max_size=n + 1))
-    sched = SimpleNamespace(waiting=deque(queue), _indexed=True, _star_front=None)
+    from lora_sched.scheduler import PassOverQueue
+
+    sched = SimpleNamespace(waiting=deque(queue), _indexed=True, _star_front=None, pass_over_queue=PassOverQueue)
     GateMixin._put_first(sched, star)
     assert sched.waiting[0] == star
     admitted = _scan_like_vllm(sched, outcomes)
     GateMixin._put_back(sched)
     assert list(sched.waiting) == [r for r in queue if r not in admitted]
     assert sched._star_front is None
+
+
+# ---- what the full cap skips, passed over: `PassOverQueue` ----------------------------------
+
+@given(adapters=st.lists(st.integers(0, 4), min_size=1, max_size=14), data=st.data())
+@settings(max_examples=400, deadline=None)
+def test_pass_over_leaves_the_queue_as_vllm_skips_do(adapters: list[int], data: st.DataObject) -> None:
+    """A scan through `PassOverQueue` leaves vLLM's FCFS deque, its
+    `deferred_waiting` and its admissions exactly as vLLM's own scan over the
+    plain deque does, whatever the scan admits, skips or stops at: with
+    adapters 1-2 in the closed cap, a request of adapters 3-4 is skipped at
+    every visit, and passed over when it is also already deferred and plain.
+    The scan below is vLLM 0.32 / 0.33's loop (ask, peek, decide, pop; the
+    skipped requests prepended at the end); an admission is pending until
+    the next visit, as the driver's `_candidate` is."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from lora_sched.scheduler import PassOverQueue
+    from vllm.v1.request import RequestStatus
+
+    n = len(adapters)
+    plain = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    deferred = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    outcomes = data.draw(st.lists(st.sampled_from(["skip", "admit", "stop"]), max_size=n + 1))
+    class Req:  # hashed by identity, as vLLM's Request in `deferred_waiting`
+        def __init__(self, i: int, adapter: int) -> None:
+            self.request_id = f"q{i}"
+            self.lora_request = SimpleNamespace(lora_int_id=adapter) if adapter else None
+            self.status = (RequestStatus.WAITING if plain[i]
+                           else RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR)
+            self.num_computed_tokens = 0
+
+    reqs = [Req(i, a) for i, a in enumerate(adapters)]
+    closed = {1, 2}
+
+    def blocked(r) -> bool:
+        return r.lora_request is not None and r.lora_request.lora_int_id not in closed
+
+    def scan(queue, owner) -> list[str]:
+        skipped: deque = deque()
+        admitted, todo = [], list(outcomes)
+        while queue:
+            head = queue.peek_request()
+            owner._candidate = None  # the visit flushes a pending admission
+            what = "skip" if blocked(head) else (todo.pop(0) if todo else "stop")
+            if what == "stop":
+                break
+            queue.pop_request()
+            if what == "skip":
+                owner.deferred_waiting.add(head)
+                skipped.appendleft(head)
+            else:
+                admitted.append(head.request_id)
+                owner._candidate = head
+        if skipped:
+            queue.prepend_requests(skipped)
+        return admitted
+
+    def owner():
+        return SimpleNamespace(_closed=closed, _candidate=None, _first=set(), passed=0,
+                               deferred_waiting={r for r, d in zip(reqs, deferred, strict=True) if d})
+
+    class Plain(deque):  # vLLM's FCFSRequestQueue, as far as the scan uses it
+        def peek_request(self):
+            return self[0]
+
+        def pop_request(self):
+            return self.popleft()
+
+        def prepend_requests(self, requests) -> None:
+            self.extendleft(requests)
+
+    plain_owner, pass_owner = owner(), owner()
+    plain_q = Plain(reqs)
+    want = scan(plain_q, plain_owner)
+    wrapped = PassOverQueue(Plain(reqs), pass_owner)
+    got = scan(wrapped, pass_owner)
+    assert len(wrapped) == len(plain_q)
+    after = wrapped.restore()
+    assert got == want
+    assert [r.request_id for r in after] == [r.request_id for r in plain_q]
+    assert pass_owner.deferred_waiting == plain_owner.deferred_waiting
+    if blocked(reqs[0]) and plain[0] and deferred[0]:  # the first ask passes the head over
+        assert pass_owner.passed

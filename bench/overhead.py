@@ -1,6 +1,7 @@
 """Scheduler overhead: vLLM's real `schedule()` + `update_from_output()` per step, stock vs ours.
 
-    python -m lora_sched.bench.overhead [--quick] [--steps N] [--out [PATH]] [--profile CLASS]
+    python -m lora_sched.bench.overhead [--quick] [--steps N] [--overhead-queue priority] [--out [PATH]]
+                                        [--profile CLASS]
     lora-sched bench --overhead ...
 
 What is measured. The wall time of one engine step's scheduler work, i.e.
@@ -33,6 +34,10 @@ same seed; the streams part only where the classes admit differently. The
 backlog is what was drawn less what the warm-up admitted: stock vLLM skips
 the blocked requests at its head, so its scan deepens as it admits the
 backlog's requests of the running adapters (to all of W once they are gone).
+
+vLLM's waiting queue is its FCFS deque, or with `--overhead-queue
+priority` its priority heap (`--scheduling-policy priority`; every request
+at priority 0, so the heap orders by arrival).
 
 The grid is W in {0, 500, 2000, 10000} x A in {8, 64, 512} x max_loras in
 {4, 16}. Per cell, every scheduler is built, warmed up (S + 4 steps, so
@@ -260,14 +265,15 @@ class Runner:
         }
 
 
-def build(entry: Entry, cell: Cell, *, starvation_steps: int, seed: int) -> Runner:
+def build(entry: Entry, cell: Cell, *, starvation_steps: int, seed: int, queue: str = "fcfs") -> Runner:
     """`entry`'s class configured for `cell`, built as `conformance.inprocess` builds vLLM's."""
     from lora_sched.conformance.inprocess import make_scheduler
 
     per_request = -(-(PROMPT + OUTPUT[1]) // BLOCK_SIZE)
     cfg = Config(max_loras=cell.max_loras, max_num_seqs=RUNNING, max_num_batched_tokens=BUDGET,
                  kv_blocks=(RUNNING + 8) * per_request, block_size=BLOCK_SIZE,
-                 async_scheduling=entry.is_async, policy="vllm", starvation_steps=starvation_steps)
+                 async_scheduling=entry.is_async, policy="vllm", starvation_steps=starvation_steps,
+                 queue=queue)
     sched = make_scheduler(cfg, scheduler_class=entry.cls)
     runner = Runner(entry, cell, sched, random.Random(f"{seed}:{cell.waiting}:{cell.adapters}:{cell.max_loras}"))
     runner.fill()
@@ -276,13 +282,13 @@ def build(entry: Entry, cell: Cell, *, starvation_steps: int, seed: int) -> Runn
 
 def run_cell(cell: Cell, chosen: Sequence[Entry], *, steps: int, warmup: int, starvation_steps: int,
              seed: int, cell_seconds: float = 0.0, profile: cProfile.Profile | None = None,
-             broken_refill: bool = False) -> list[Runner]:
+             broken_refill: bool = False, queue: str = "fcfs") -> list[Runner]:
     """Build, warm up and measure every class of `chosen` on `cell`, interleaved.
 
     `steps` rounds at least; then more (up to `EXTRA` x `steps` in all) while
     the measured rounds have taken less than `cell_seconds`, so that a cheap
     cell gets enough steps to see through the machine's noise."""
-    runners = [build(e, cell, starvation_steps=starvation_steps, seed=seed) for e in chosen]
+    runners = [build(e, cell, starvation_steps=starvation_steps, seed=seed, queue=queue) for e in chosen]
     for _ in range(warmup):
         for r in runners:
             r.refill()
@@ -320,7 +326,7 @@ def grid(waiting: Iterable[int], adapters: Iterable[int], max_loras: Iterable[in
 
 def run_grid(cells: Sequence[Cell], *, steps: int, warmup: int, starvation_steps: int, seed: int = 0,
              cell_seconds: float = 0.0, broken_refill: bool = False, log: Any = None,
-             policies: Sequence[str] | None = None) -> dict[str, Any]:
+             policies: Sequence[str] | None = None, queue: str = "fcfs") -> dict[str, Any]:
     """Every cell, every class (or stock's and `policies`' only); the results as the JSON `--out` writes."""
     import vllm
 
@@ -334,7 +340,7 @@ def run_grid(cells: Sequence[Cell], *, steps: int, warmup: int, starvation_steps
     for cell in cells:
         t = time.perf_counter()
         runners = run_cell(cell, chosen, steps=steps, warmup=warmup, starvation_steps=starvation_steps,
-                           seed=seed, cell_seconds=cell_seconds, broken_refill=broken_refill)
+                           seed=seed, cell_seconds=cell_seconds, broken_refill=broken_refill, queue=queue)
         results.append(cell_result(cell, runners))
         del runners
         if log:
@@ -346,7 +352,7 @@ def run_grid(cells: Sequence[Cell], *, steps: int, warmup: int, starvation_steps
         "config": {"running": RUNNING, "max_num_seqs": RUNNING, "max_num_batched_tokens": BUDGET,
                    "prompt_tokens": PROMPT, "output_tokens": list(OUTPUT), "block_size": BLOCK_SIZE,
                    "starvation_steps": starvation_steps, "steps": steps, "warmup": warmup,
-                   "cell_seconds": cell_seconds, "max_steps": EXTRA * steps},
+                   "cell_seconds": cell_seconds, "max_steps": EXTRA * steps, "queue": queue},
         "classes": [{"class": e.name, "policy": e.policy, "async": e.is_async, "base": e.base} for e in chosen],
         "cells": results, "wall_s": time.perf_counter() - t_start,
     }
@@ -385,7 +391,7 @@ def table(report: dict[str, Any]) -> str:
 
 
 def profile_cell(name: str, cell: Cell, *, steps: int, warmup: int, starvation_steps: int, seed: int = 0,
-                 top: int = 15) -> str:
+                 top: int = 15, queue: str = "fcfs") -> str:
     """cProfile's top `top` functions by cumulative time over `name`'s measured steps on `cell`."""
     chosen = [e for e in entries() if name in (e.name, e.policy) and not (e.policy == name and e.is_async)]
     if not chosen:
@@ -393,7 +399,7 @@ def profile_cell(name: str, cell: Cell, *, steps: int, warmup: int, starvation_s
         raise SystemExit(f"error: --profile: unknown class {name!r} (known: {known}, or a policy name)")
     prof = cProfile.Profile()
     runners = run_cell(cell, chosen[:1], steps=steps, warmup=warmup, starvation_steps=starvation_steps,
-                       seed=seed, profile=prof)
+                       seed=seed, profile=prof, queue=queue)
     buf = io.StringIO()
     r = runners[0]
     buf.write(f"== {r.entry.name} on {cell.label}: {len(r.step_ns)} steps, median "
@@ -426,6 +432,9 @@ def add_arguments(parser: argparse.ArgumentParser | Any, *, standalone: bool = T
     parser.add_argument("--max-loras", default=None, help=f"max_loras values (default {','.join(map(str, MAX_LORAS))})")
     parser.add_argument("--starvation-steps", type=int, default=None,
                         help="lora_sched's starvation_steps, as --additional-config passes it (default 16)")
+    parser.add_argument("--overhead-queue", choices=("fcfs", "priority"), default="fcfs",
+                        help="vLLM's waiting queue (--scheduling-policy; default fcfs; priority: every "
+                             "request at priority 0, the heap ordered by arrival)")
     parser.add_argument("--overhead-policies", default=None, metavar="P,Q",
                         help="time only these policies' classes next to stock's (default: every class)")
     parser.add_argument("--profile", metavar="CLASS", default=None,
@@ -462,9 +471,11 @@ def main(args: argparse.Namespace) -> int:
     if steps < 1 or warmup < 0 or min(waiting + adapters + max_loras) < 0 or min(adapters + max_loras) < 1:
         print("error: --steps must be >= 1, --warmup >= 0, W >= 0, A and max_loras >= 1")
         return 2
+    queue = getattr(args, "overhead_queue", "fcfs")
     if args.profile:
         cell = Cell(*_ints(args.cell)) if args.cell else Cell(max(waiting), max(adapters), min(max_loras))
-        print(profile_cell(args.profile, cell, steps=steps, warmup=warmup, starvation_steps=s, seed=seed))
+        print(profile_cell(args.profile, cell, steps=steps, warmup=warmup, starvation_steps=s, seed=seed,
+                           queue=queue))
         return 0
     cells = grid(waiting, adapters, max_loras)
     _progress(f"overhead: {len(cells)} cells, {steps} steps or more within {cell_seconds} s (warmup {warmup}), "
@@ -477,9 +488,10 @@ def main(args: argparse.Namespace) -> int:
               f"choose from {', '.join(sorted(known))}")
         return 2
     report = run_grid(cells, steps=steps, warmup=warmup, starvation_steps=s, seed=seed, cell_seconds=cell_seconds,
-                      log=_progress, policies=only)
+                      log=_progress, policies=only, queue=queue)
     print(f"== Scheduler overhead: vLLM {report['vllm']} schedule() + update_from_output(), "
-          f"{RUNNING} running, budget {BUDGET}, starvation_steps {s}, {steps}-{EXTRA * steps} steps/cell ==")
+          f"{RUNNING} running, budget {BUDGET}, starvation_steps {s}, {steps}-{EXTRA * steps} steps/cell"
+          f"{', priority queue' if queue == 'priority' else ''} ==")
     print(table(report))
     if args.out:
         out = Path(args.out)

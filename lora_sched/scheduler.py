@@ -233,21 +233,27 @@ class ScanOrderQueue(RequestQueue):
         self._pinned: Request | None = None  # the one pinned request of the O(visited) path
         self._place = 0  # its index in the FCFS queue when the scan began
         self._popped: list[Request] = []  # requests the scan took out, in visit order
+        self._queued = False  # `pin(queued=True)`
 
-    def pin(self, order: Iterable[Request]) -> None:
+    def pin(self, order: Iterable[Request], *, queued: bool = False) -> None:
+        """Yield `order` first. `queued`: its requests are in the queue until
+        the scan pops them (no membership test per peek)."""
         self.front = list(order)
         self._popped = []
+        self._queued = queued
         if len(self.front) == 1 and isinstance(self.inner, deque):
             self._pinned, self._order = self.front[0], None
             self._place = self.inner.index(self._pinned) if self._pinned in self.inner else 0
-        elif self.front:
+        elif self.front and not isinstance(self.inner, PriorityRequestQueue):
             self._pinned, self._order = None, {r.request_id: i for i, r in enumerate(self.inner)}
+        else:  # the heap puts back by its own key: no order to restore
+            self._pinned, self._order = None, None
 
     def unpin(self) -> None:
         self.front, self._order, self._pinned, self._popped = [], None, None, []
 
     def _head(self) -> Request | None:
-        while self.front and self.front[0] not in self.inner:
+        while self.front and not self._queued and self.front[0] not in self.inner:
             self.front.pop(0)
         return self.front[0] if self.front else None
 
@@ -311,54 +317,65 @@ class ScanOrderQueue(RequestQueue):
 
 
 class PassOverQueue(RequestQueue):
-    """vLLM's FCFS waiting deque for one scan of a gate with `cap_closed`
-    (`fair`), passing over the requests the full cap skips.
+    """vLLM's waiting queue (FCFS deque or priority heap) for one scan of a
+    gate with `cap_closed` (`fair`), passing over the requests the full cap
+    skips.
 
     Once the cap is full, vLLM's scan visits every waiting request of another
     adapter only to skip it (its loop's checks, the hooked LoRA check,
     `skip_request`): under a backlog over many adapters that is most of
-    `schedule()`'s time. This queue takes such a request out of the deque
+    `schedule()`'s time. This queue takes such a request out of the queue
     before vLLM's loop reaches it (in `__bool__`, which the loop asks right
     before each `peek_request`) when vLLM's own visit would skip it and do
-    nothing else: the driver's shortcut skips it (`owner.passes_over`: an
-    adapter (> 0) outside `cap_closed`, not put first, no admission pending),
-    its status is plain WAITING or PREEMPTED (`_handle_blocked_waiting_request`
+    nothing else: the driver's `_lora_gate` shortcut skips it (an adapter
+    (> 0) outside `cap_closed`, not put first, no admission pending), its
+    status is plain WAITING or PREEMPTED (`_handle_blocked_waiting_request`
     changes nothing), it holds no KV blocks (the skip would queue it in
     `waiting`, not `kv_holding_waiting`), and it is already in vLLM's
     `deferred_waiting` (the skip's `deferred_waiting.add` is a no-op). When
     vLLM puts its skipped requests back (`prepend_requests`), or after the
-    scan (`restore`), the passed-over requests go back among them in visit
-    order, so the deque ends as vLLM's own skips leave it: every request still
-    waiting, in the order it had. `passed` counts them over the scheduler's
-    life."""
+    scan (`restore`), the passed-over requests go back too: among them in
+    visit order in the FCFS deque, pushed by their key in the heap (where
+    vLLM's own put-back pushes too), so the queue ends as vLLM's own skips
+    leave it: every request still waiting, in the order it had. `passed`
+    (on the owner) counts them over the scheduler's life."""
 
     def __init__(self, inner: Any, owner: Any) -> None:
         self.inner = inner
         self.owner = owner
-        self.taken: list[Request] = []  # out of the deque this scan, in visit order
+        self.fcfs = isinstance(inner, deque)
+        self.taken: list[Request] = []  # out of the queue this scan, in visit order
         self.aside: set[int] = set()  # ids of those passed over, not yet put back
         self.scanning = True
+
+    def _passes(self, r: Request, closed: set[int], first: set[str], deferred: set[Request]) -> bool:
+        lora = r.lora_request
+        return not (lora is None or lora.lora_int_id <= 0 or lora.lora_int_id in closed
+                    or r.request_id in first or r.status not in _PLAIN or r.num_computed_tokens
+                    or r not in deferred)
 
     def _pass_over(self) -> None:
         owner = self.owner
         closed = owner._closed
         if closed is None or owner._candidate is not None or not self.scanning:
             return
-        q, first, deferred = self.inner, owner._first, owner.deferred_waiting
-        n = 0
-        for r in q:  # the run at the head that vLLM's visits would skip, then take it out at once
-            lora = r.lora_request
-            if (lora is None or lora.lora_int_id <= 0 or lora.lora_int_id in closed
-                    or r.request_id in first or r.status not in _PLAIN or r.num_computed_tokens
-                    or r not in deferred):
-                break
-            n += 1
-        if n:
+        q, first, deferred, passes = self.inner, owner._first, owner.deferred_waiting, self._passes
+        if self.fcfs:  # the run at the head that vLLM's visits would skip, then out at once
+            n = 0
+            for r in q:
+                if not passes(r, closed, first, deferred):
+                    break
+                n += 1
             popleft = q.popleft
             run = [popleft() for _ in range(n)]
+        else:  # the heap's order: its top, while it passes
+            run = []
+            while q and passes(q.peek_request(), closed, first, deferred):
+                run.append(q.pop_request())
+        if run:
             self.taken += run
             self.aside.update(map(id, run))
-            owner.passed += n
+            owner.passed += len(run)
 
     def __bool__(self) -> bool:
         self._pass_over()
@@ -379,6 +396,10 @@ class PassOverQueue(RequestQueue):
         self.scanning = False
         if not self.aside:
             self.inner.prepend_requests(requests)
+            return
+        if not self.fcfs:
+            aside, self.aside = self._aside(), set()
+            self.inner.prepend_requests([*requests, *aside])
             return
         back = self.aside | {id(r) for r in requests}
         self.aside = set()
@@ -657,7 +678,7 @@ class GateMixin(HookedMixin):
             if first:
                 self._put_first(first[0])
             self._refresh_closed()
-            if self._passes_over and isinstance(s.waiting, deque):
+            if self._passes_over:
                 s.waiting = self.pass_over_queue(s.waiting, self)
             return
         order = self.gate.scan_order(self._ctx, list(self.mirror.waiting))
@@ -668,9 +689,10 @@ class GateMixin(HookedMixin):
         """`request` (r*) first in this scan. In vLLM's FCFS deque it moves to
         the front, and the requests ahead of it are kept for `_put_back`
         (O(its place), and r*, the oldest starving request, sits near the
-        front); in a priority heap a `ScanOrderQueue` yields it first for
-        this scan. Not in `waiting` (in `kv_holding_waiting`, which vLLM
-        drains first): nothing moves."""
+        front); in a priority heap it is most often the top already (the heap
+        is ordered by priority, then arrival), and otherwise a
+        `ScanOrderQueue` yields it first for this scan. Not in `waiting` (in
+        `kv_holding_waiting`, which vLLM drains first): nothing moves."""
         s: Any = self
         queue = s.waiting
         if isinstance(queue, deque):
@@ -682,9 +704,11 @@ class GateMixin(HookedMixin):
             del queue[place]
             queue.appendleft(request)
             self._star_front = (request, ahead)
-        elif request in queue:
+        elif queue and queue.peek_request() is request:
+            return  # the heap's top already: r* is the oldest of the top priority, as a rule
+        elif not any(r is request for r in s.kv_holding_waiting):
             pinned = ScanOrderQueue(queue)
-            pinned.pin([request])
+            pinned.pin([request], queued=True)
             s.waiting = pinned
 
     def _put_back(self) -> None:

@@ -126,6 +126,9 @@ def test_planted_pass_over_out_of_order_is_caught(tmp_path):
         """the passed-over requests go back behind the ones vLLM skipped"""
 
         def prepend_requests(self, requests) -> None:
+            if not self.fcfs:  # the heap puts back by its key
+                super().prepend_requests(requests)
+                return
             self.scanning = False
             aside, self.aside = self._aside(), set()
             self.inner.extendleft(reversed([*reversed(list(requests)), *aside]))

@@ -201,32 +201,42 @@ def test_star_first_keeps_the_queue_order(n: int, data: st.DataObject) -> None:
 
 @given(adapters=st.lists(st.integers(0, 4), min_size=1, max_size=14), data=st.data())
 @settings(max_examples=400, deadline=None)
-def test_pass_over_leaves_the_queue_as_vllm_skips_do(adapters: list[int], data: st.DataObject) -> None:
-    """A scan through `PassOverQueue` leaves vLLM's FCFS deque, its
-    `deferred_waiting` and its admissions exactly as vLLM's own scan over the
-    plain deque does, whatever the scan admits, skips or stops at: with
-    adapters 1-2 in the closed cap, a request of adapters 3-4 is skipped at
-    every visit, and passed over when it is also already deferred and plain.
-    The scan below is vLLM 0.32 / 0.33's loop (ask, peek, decide, pop; the
-    skipped requests prepended at the end); an admission is pending until
-    the next visit, as the driver's `_candidate` is."""
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+def test_pass_over_leaves_the_queue_as_vllm_skips_do(policy: str, adapters: list[int], data: st.DataObject) -> None:
+    """A scan through `PassOverQueue` leaves vLLM's waiting queue (its own
+    FCFS deque or priority heap), its `deferred_waiting` and its admissions
+    exactly as vLLM's own scan over the bare queue does, whatever the scan
+    admits, skips or stops at: with adapters 1-2 in the closed cap, a request
+    of adapters 3-4 is skipped at every visit, and passed over when it is
+    also already deferred and plain. The scan below is vLLM 0.32 / 0.33's
+    loop (ask, peek, decide, pop; the skipped requests prepended at the end);
+    an admission is pending until the next visit, as the driver's
+    `_candidate` is."""
     from collections import deque
     from types import SimpleNamespace
 
-    from lora_sched.scheduler import PassOverQueue
+    from vllm.v1.core.sched.request_queue import SchedulingPolicy, create_request_queue
     from vllm.v1.request import RequestStatus
+
+    from lora_sched.scheduler import PassOverQueue
 
     n = len(adapters)
     plain = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
     deferred = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    priority = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
     outcomes = data.draw(st.lists(st.sampled_from(["skip", "admit", "stop"]), max_size=n + 1))
-    class Req:  # hashed by identity, as vLLM's Request in `deferred_waiting`
+
+    class Req:  # hashed by identity, as vLLM's Request in `deferred_waiting`; ordered as its heap orders
         def __init__(self, i: int, adapter: int) -> None:
             self.request_id = f"q{i}"
             self.lora_request = SimpleNamespace(lora_int_id=adapter) if adapter else None
             self.status = (RequestStatus.WAITING if plain[i]
                            else RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR)
             self.num_computed_tokens = 0
+            self.key = (priority[i], i)
+
+        def __lt__(self, other: Req) -> bool:
+            return self.key < other.key
 
     reqs = [Req(i, a) for i, a in enumerate(adapters)]
     closed = {1, 2}
@@ -258,25 +268,22 @@ def test_pass_over_leaves_the_queue_as_vllm_skips_do(adapters: list[int], data: 
         return SimpleNamespace(_closed=closed, _candidate=None, _first=set(), passed=0,
                                deferred_waiting={r for r, d in zip(reqs, deferred, strict=True) if d})
 
-    class Plain(deque):  # vLLM's FCFSRequestQueue, as far as the scan uses it
-        def peek_request(self):
-            return self[0]
+    def queue():
+        q = create_request_queue(SchedulingPolicy(policy))
+        for r in reqs:
+            q.add_request(r)
+        return q
 
-        def pop_request(self):
-            return self.popleft()
-
-        def prepend_requests(self, requests) -> None:
-            self.extendleft(requests)
-
-    plain_owner, pass_owner = owner(), owner()
-    plain_q = Plain(reqs)
-    want = scan(plain_q, plain_owner)
-    wrapped = PassOverQueue(Plain(reqs), pass_owner)
+    bare_owner, pass_owner = owner(), owner()
+    bare = queue()
+    want = scan(bare, bare_owner)
+    wrapped = PassOverQueue(queue(), pass_owner)
     got = scan(wrapped, pass_owner)
-    assert len(wrapped) == len(plain_q)
+    assert len(wrapped) == len(bare)
     after = wrapped.restore()
     assert got == want
-    assert [r.request_id for r in after] == [r.request_id for r in plain_q]
-    assert pass_owner.deferred_waiting == plain_owner.deferred_waiting
-    if blocked(reqs[0]) and plain[0] and deferred[0]:  # the first ask passes the head over
-        assert pass_owner.passed
+    assert [r.request_id for r in after] == [r.request_id for r in bare]
+    assert pass_owner.deferred_waiting == bare_owner.deferred_waiting
+    top = reqs.index(min(reqs)) if policy == "priority" else 0
+    if blocked(reqs[top]) and plain[top] and deferred[top]:
+        assert pass_owner.passed  # the first ask passes the head over

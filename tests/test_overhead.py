@@ -146,3 +146,27 @@ def test_overhead_policies_narrow_the_classes(tmp_path, capsys: pytest.CaptureFi
     capsys.readouterr()
     assert main(["bench", "--overhead", "--quick", "--overhead-policies", "nope"]) == 2
     assert "--overhead-policies: nope not shipped" in capsys.readouterr().out
+
+
+def test_the_priority_queue_is_vllms_heap(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--overhead-queue priority` builds every class on vLLM's priority heap
+    (`--scheduling-policy priority`), says so in the table and the results,
+    and fair passes requests over there too (its scan's shortcut is not
+    FCFS-only)."""
+    from lora_sched.bench.overhead import Cell, build, entries
+    from vllm.v1.core.sched.request_queue import PriorityRequestQueue
+
+    from lora_sched.cli import main
+
+    out = tmp_path / "o.json"
+    assert main(["bench", "--overhead", "--quick", "--waiting", "100", "--overhead-policies", "fair",
+                 "--overhead-queue", "priority", "--out", str(out)]) == 0
+    assert ", priority queue ==" in capsys.readouterr().out
+    assert json.loads(out.read_text())["config"]["queue"] == "priority"
+    fair = next(e for e in entries() if e.name == "FairScheduler")
+    runner = build(fair, Cell(100, 8, 2), starvation_steps=2, seed=0, queue="priority")
+    assert isinstance(runner.sched.waiting, PriorityRequestQueue)
+    for _ in range(12):
+        runner.refill()
+        runner.step(measured=False)
+    assert runner.sched.passed > 0

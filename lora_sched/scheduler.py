@@ -319,7 +319,7 @@ class ScanOrderQueue(RequestQueue):
 class PassOverQueue(RequestQueue):
     """vLLM's waiting queue (FCFS deque or priority heap) for one scan of a
     gate with `cap_closed` (`fair`), passing over the requests the full cap
-    skips.
+    (or fair's hold) skips.
 
     Once the cap is full, vLLM's scan visits every waiting request of another
     adapter only to skip it (its loop's checks, the hooked LoRA check,
@@ -328,7 +328,8 @@ class PassOverQueue(RequestQueue):
     before vLLM's loop reaches it (in `__bool__`, which the loop asks right
     before each `peek_request`) when vLLM's own visit would skip it and do
     nothing else: the driver's `_lora_gate` shortcut skips it (an adapter
-    (> 0) outside `cap_closed`, not put first, no admission pending), its
+    (> 0) outside `cap_closed` or in `held_for_scan`, not put first, no
+    admission pending), its
     status is plain WAITING or PREEMPTED (`_handle_blocked_waiting_request`
     changes nothing), it holds no KV blocks (the skip would queue it in
     `waiting`, not `kv_holding_waiting`), and it is already in vLLM's
@@ -347,39 +348,165 @@ class PassOverQueue(RequestQueue):
         self.taken: list[Request] = []  # out of the queue this scan, in visit order
         self.aside: set[int] = set()  # ids of those passed over, not yet put back
         self.scanning = True
+        # The tally that lets the scan end at once (`count`): None, or the
+        # queue's requests not yet visited per adapter, ...
+        self.left: dict[int, int] | None = None
+        self.undeferred = 0  # ... how many of them are not in `deferred_waiting`,
+        self.first_left: set[str] = set()  # ... and the requests put first not yet visited.
+        self.tail: list[Request] = []  # arrived since the last scan (the driver's), for `_tail_first`
+        self.prefix: int | None = None  # `_tail_first`: the prefix's length while the tail goes first
+        self.tail_ids: set[int] = set()
+        self.rotated_at = 0  # visits before the tail moved
+        self._tail_stats: tuple[dict[int, int], int] | None = None  # per adapter, not deferred
 
-    def _passes(self, r: Request, closed: set[int], first: set[str], deferred: set[Request]) -> bool:
+    def count(self, waiting_by_adapter: dict[int, int], kv_holding: Iterable[Request]) -> None:
+        """Start the tally from the gate's count of waiting requests per adapter
+        (both of vLLM's queues) less `kv_holding_waiting`'s. It is kept only
+        if it adds up to this queue's length and `deferred_waiting` (which
+        vLLM keeps within its two queues) leaves a count >= 0 outside it."""
+        left = dict(waiting_by_adapter)
+        deferred = self.owner.deferred_waiting
+        held_deferred = 0
+        for r in kv_holding:
+            a = _adapter(r)
+            left[a] = left.get(a, 0) - 1
+            held_deferred += r in deferred
+        undeferred = len(self.inner) - (len(deferred) - held_deferred)
+        if sum(left.values()) == len(self.inner) and undeferred >= 0 and min(left.values(), default=0) >= 0:
+            self.left, self.undeferred = left, undeferred
+            self.first_left = set(self.owner._first)
+
+    def _passes_but(self, k: int, tail_left: dict[int, int], tail_undeferred: int) -> bool:
+        """Every request not yet visited but the last `k` (of which `tail_left`
+        per adapter, `tail_undeferred` not deferred) would be skipped with
+        nothing else done, by the tally, in O(max_loras): all deferred, plain
+        (the driver knows no blocked status is waiting), of an adapter (> 0)
+        outside `cap_closed` or in `held_for_scan`; none put first."""
+        owner, left = self.owner, self.left
+        m = len(self.inner) - k
+        if left is None or m <= 0 or owner._candidate is not None or self.first_left or owner._blocked \
+                or self.undeferred != tail_undeferred:
+            return False
+        closed, held = owner._closed, owner._held
+        if closed is None:
+            return bool(held) and m == sum(left.get(a, 0) - tail_left.get(a, 0) for a in held if a > 0)
+        return left.get(0, 0) == tail_left.get(0, 0) and all(
+            left.get(a, 0) == tail_left.get(a, 0) for a in closed if a not in held)
+
+    def _tail_first(self) -> bool:
+        """If the queue is the requests that arrived since the last scan (the
+        driver's `tail`, appended in order, not yet deferred) behind a prefix
+        that would only be skipped, move the tail to the front (O(its length))
+        and end the scan when it has been visited: `prefix` is the prefix's
+        length; `_fix` puts the prefix back in front of the tail."""
+        tail = self.tail
+        k = len(tail)
+        if not self.fcfs or self.left is None or k > len(self.inner) \
+                or self.owner._candidate is not None or self.first_left:
+            return False
+        if self._tail_stats is None:  # once a scan: the tail is unvisited while k <= len(inner)
+            if k and any(x is not y for x, y in zip(reversed(self.inner), reversed(tail), strict=False)):
+                self.left = None  # something else joined behind them, or one left: no tally
+                return False
+            tail_left: dict[int, int] = {}
+            for r in tail:
+                a = _adapter(r)
+                tail_left[a] = tail_left.get(a, 0) + 1
+            deferred = self.owner.deferred_waiting
+            self._tail_stats = (tail_left, sum(r not in deferred for r in tail))
+        if not self._passes_but(k, *self._tail_stats):
+            return False
+        self.prefix = len(self.inner) - k
+        self.tail_ids = {id(r) for r in tail}
+        self.rotated_at = len(self.taken)
+        self.inner.rotate(k)
+        self.owner.tails_first += 1
+        return True
+
+    def _fix(self, skipped: list[Request]) -> None:
+        """Put the queue back in its order once vLLM's scan is over, from the
+        requests vLLM skipped (`skipped`, in visit order) and those passed
+        over: the deque now holds [the tail's unvisited][prefix]; it becomes
+        [visited before the tail moved, still waiting][prefix][the tail's
+        still waiting], which is every request still waiting in the order it
+        had (the tail came last)."""
+        m, self.prefix = self.prefix, None
+        assert m is not None
+        back = self.aside | {id(r) for r in skipped}
+        self.aside = set()
+        tail = self.tail_ids
+        before = [r for r in self.taken[:self.rotated_at] if id(r) in back]
+        q = self.inner
+        unvisited = [q.popleft() for _ in range(len(q) - m)]  # the tail's, at the front
+        q.extend(r for r in skipped if id(r) in tail)
+        q.extend(unvisited)
+        q.extendleft(reversed(before))
+
+    def _visited(self, r: Request) -> None:
+        left = self.left
+        if left is not None:
+            left[_adapter(r)] -= 1
+            self.undeferred -= r not in self.owner.deferred_waiting
+            self.first_left.discard(r.request_id)
+
+    @staticmethod
+    def _passes(r: Request, closed: set[int] | None, held: set[int] | frozenset[int], first: set[str],
+                deferred: set[Request]) -> bool:
         lora = r.lora_request
-        return not (lora is None or lora.lora_int_id <= 0 or lora.lora_int_id in closed
-                    or r.request_id in first or r.status not in _PLAIN or r.num_computed_tokens
-                    or r not in deferred)
+        if lora is None or lora.lora_int_id <= 0:
+            return False
+        a = lora.lora_int_id
+        return ((a in held or (closed is not None and a not in closed)) and r.request_id not in first
+                and r.status in _PLAIN and not r.num_computed_tokens and r in deferred)
 
     def _pass_over(self) -> None:
         owner = self.owner
-        closed = owner._closed
-        if closed is None or owner._candidate is not None or not self.scanning:
+        closed, held = owner._closed, owner._held
+        if (closed is None and not held) or owner._candidate is not None or not self.scanning:
             return
         q, first, deferred, passes = self.inner, owner._first, owner.deferred_waiting, self._passes
         if self.fcfs:  # the run at the head that vLLM's visits would skip, then out at once
-            n = 0
-            for r in q:
-                if not passes(r, closed, first, deferred):
+            n, plain = 0, _PLAIN
+            for r in q:  # `_passes`, inlined: this loop is most of a long backlog's scan
+                lora = r.lora_request
+                if lora is None:
+                    break
+                a = lora.lora_int_id
+                if a <= 0 or not (a in held or (closed is not None and a not in closed)) \
+                        or r.status not in plain or r.num_computed_tokens or r not in deferred \
+                        or r.request_id in first:
                     break
                 n += 1
             popleft = q.popleft
             run = [popleft() for _ in range(n)]
         else:  # the heap's order: its top, while it passes
             run = []
-            while q and passes(q.peek_request(), closed, first, deferred):
+            while q and passes(q.peek_request(), closed, held, first, deferred):
                 run.append(q.pop_request())
         if run:
             self.taken += run
             self.aside.update(map(id, run))
             owner.passed += len(run)
+            left = self.left
+            if left is not None:  # all deferred: only the adapters' counts move
+                for r in run:
+                    left[r.lora_request.lora_int_id] -= 1
 
     def __bool__(self) -> bool:
-        self._pass_over()
-        return bool(self.inner)
+        """What vLLM's loop asks before each visit: the run at the head it
+        would only skip is passed over first; and when the tally shows that
+        it would only skip the rest, the scan ends here (False, once), which
+        leaves the queue as those skips would: in place, in order."""
+        if not self.scanning:
+            return bool(self.inner) or bool(self.aside)
+        if self.prefix is None and not self._tail_first():
+            self._pass_over()
+            return bool(self.inner)
+        if len(self.inner) > self.prefix:  # the tail, first
+            return True
+        self.scanning = False  # the prefix, which would only be skipped
+        self.owner.passed += self.prefix
+        return False
 
     # What vLLM peeks right after asking is what it pops: nothing is passed over between.
     def peek_request(self) -> Request:
@@ -388,12 +515,16 @@ class PassOverQueue(RequestQueue):
     def pop_request(self) -> Request:
         out = self.inner.pop_request()
         self.taken.append(out)
+        self._visited(out)
         return out
 
     def prepend_requests(self, requests: Iterable[Request]) -> None:
         """vLLM's skipped requests back at the front (its scan is over), with
         the passed-over ones among them in visit order."""
         self.scanning = False
+        if self.prefix is not None:
+            self._fix(list(reversed(list(requests))))  # vLLM's skipped deque is newest first
+            return
         if not self.aside:
             self.inner.prepend_requests(requests)
             return
@@ -408,7 +539,7 @@ class PassOverQueue(RequestQueue):
     def restore(self) -> Any:
         """After the scan: the deque, with any request still passed over (vLLM
         skipped none of its own, so it put nothing back) at its front."""
-        if self.aside:
+        if self.aside or self.prefix is not None:
             self.prepend_requests(())
         self.scanning = False
         return self.inner
@@ -559,12 +690,17 @@ class GateMixin(HookedMixin):
         self._freed: list[str] = []  # freed since the last schedule() began
         self._star_front: tuple[Request, list[Request]] | None = None  # r* moved first, what was ahead of it
         # `Gate.cap_closed` (fair): while not None, a request of an adapter (> 0)
-        # outside it is skipped without a call to `decide`, unless `front` put it first.
+        # outside it is skipped without a call to `decide`, unless `front` put it first;
+        # so is one of an adapter in `held_for_scan` (fair's holds, for the rest of the scan).
         self._closed: set[int] | None = None
+        self._held: set[int] | frozenset[int] = frozenset()
         self._first: set[str] = set()
-        # ... and, in vLLM's FCFS deque, passed over before its loop reaches them (`PassOverQueue`).
+        # ... and passed over before vLLM's loop reaches them (`PassOverQueue`).
         self._passes_over = self._indexed and hasattr(self.gate, "cap_closed")
         self.passed = 0  # requests passed over, over the scheduler's life
+        self.tails_first = 0  # scans that ended after the tail (`PassOverQueue._tail_first`)
+        self._blocked: set[Request] = set()  # arrived in a blocked status (structured output's grammar)
+        self._tail: list[Request] = []  # arrived since the last waiting scan (`PassOverQueue.tail`)
         if not self._indexed:
             s.waiting = ScanOrderQueue(s.waiting)
 
@@ -579,6 +715,10 @@ class GateMixin(HookedMixin):
                           int(request.priority))
         self.mirror.reqs[request.request_id] = ReqState(req=req, seq=self._arrivals, waiting_since=arrival)
         self._arrivals += 1
+        if request.status not in _PLAIN:
+            self._blocked.add(request)
+        if self._passes_over:
+            self._tail.append(request)
         self.gate.enqueued(self.mirror, request.request_id)
 
     def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> None:
@@ -665,6 +805,11 @@ class GateMixin(HookedMixin):
     def _refresh_closed(self) -> None:
         closed: Any = getattr(self.gate, "cap_closed", None)
         self._closed = None if closed is None or self._ctx is None else closed(self._ctx)
+        self._refresh_held()
+
+    def _refresh_held(self) -> None:
+        held: Any = getattr(self.gate, "held_for_scan", None)
+        self._held = frozenset() if held is None else held()
 
     # ---- the hooks ---------------------------------------------------------------
     def _before_waiting_scan(self, scheduled_loras: set[int]) -> None:
@@ -679,7 +824,12 @@ class GateMixin(HookedMixin):
                 self._put_first(first[0])
             self._refresh_closed()
             if self._passes_over:
-                s.waiting = self.pass_over_queue(s.waiting, self)
+                if self._blocked:
+                    self._blocked = {r for r in self._blocked
+                                     if r.request_id in s.requests and s._is_blocked_waiting_status(r.status)}
+                s.waiting = queue = self.pass_over_queue(s.waiting, self)
+                queue.count(front.waiting_by_adapter(), s.kv_holding_waiting)
+                queue.tail, self._tail = self._tail, []
             return
         order = self.gate.scan_order(self._ctx, list(self.mirror.waiting))
         queued = {r.request_id: r for r in s.waiting}
@@ -741,11 +891,11 @@ class GateMixin(HookedMixin):
             queue.insert(place, star)
 
     def _lora_gate(self, request: Request, scheduled_loras: set[int]) -> str:
-        closed = self._closed
-        if closed is not None and self._candidate is None:  # the cap is full: `Gate.cap_closed`
+        closed, held = self._closed, self._held
+        if (closed is not None or held) and self._candidate is None:  # `cap_closed`, `held_for_scan`
             lora = request.lora_request
-            if lora is not None and lora.lora_int_id > 0 and lora.lora_int_id not in closed \
-                    and request.request_id not in self._first:
+            if lora is not None and lora.lora_int_id > 0 and request.request_id not in self._first and (
+                    lora.lora_int_id in held or (closed is not None and lora.lora_int_id not in closed)):
                 return _SKIP
         if self._candidate is not None:
             self._flush_admitted()
@@ -755,12 +905,14 @@ class GateMixin(HookedMixin):
         decision, _why = self.gate.decide(self._ctx, request.request_id)
         if decision is Decision.ADMIT:
             self._candidate = request
+        elif self._passes_over:
+            self._refresh_held()  # r*'s visit, or a new hold
         return decision.value
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         s: Any = self
         freed, self._freed = self._freed, []
-        self._ctx, self._closed, self._first = None, None, set()
+        self._ctx, self._closed, self._held, self._first = None, None, frozenset(), set()
         try:
             out = super().schedule(*args, **kwargs)  # type: ignore[misc]
         finally:
@@ -769,7 +921,7 @@ class GateMixin(HookedMixin):
             else:
                 s.waiting.unpin()
         self._flush_admitted()
-        self._closed, self._first = None, set()
+        self._closed, self._held, self._first = None, frozenset(), set()
         self._sync()
         batch = {_adapter(s.requests[rid]) for rid in out.num_scheduled_tokens} - {0}
         ctx = self._ctx if self._ctx is not None else ScanContext(self.mirror, s.current_step, set(batch))

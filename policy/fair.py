@@ -327,6 +327,7 @@ def slot_outputs_left(running: Iterable[tuple[int, int]]) -> dict[int, int]:
 
 
 _GUARD, _CAP, _ADMIT = (Decision.SKIP, "fair_guard"), (Decision.SKIP, "lora_cap"), (Decision.ADMIT, None)
+_NONE: frozenset[int] = frozenset()
 
 
 class FairGate(GateBase):
@@ -338,6 +339,7 @@ class FairGate(GateBase):
     def __init__(self) -> None:
         self.guard: FairGuard | None = None
         self._active: set[int] = set()  # adapters of every running request, kept as the scan admits
+        self._star_seen = False  # this scan has visited r*
 
     def _guard(self, state: State) -> FairGuard:
         if self.guard is None:
@@ -356,7 +358,7 @@ class FairGate(GateBase):
         """The requests the scan visits first, in O(log W) from the guard's
         index: [r*], or none. (The rest follow in queue order.)"""
         reqs = ctx.state.reqs
-        self._active = running_loras(ctx)
+        self._active, self._star_seen = running_loras(ctx), False
         star = self._guard(ctx.state).begin_scan(ctx.step, lambda r: reqs[r].stale > 0)
         return [] if star is None else [star]
 
@@ -371,6 +373,23 @@ class FairGate(GateBase):
         vLLM's driver skips those requests without asking, and passes over
         them before vLLM's loop reaches them (`GateMixin`, `PassOverQueue`)."""
         return self._active if len(self._active) >= ctx.state.config.max_loras else None
+
+    def waiting_by_adapter(self) -> dict[int, int]:
+        """The waiting requests per adapter (0: the base model), from the index."""
+        return self.guard.backlog if self.guard is not None else {}
+
+    def held_for_scan(self) -> set[int] | frozenset[int]:
+        """The adapters whose every later request in this scan `decide` holds
+        (the set grows as the scan goes): those with a request held in it,
+        once the scan has visited r* and it is still r*. r* is admitted only
+        at its own visit, so it then stays r* to the scan's end, and
+        `FairGuard.holds` holds an adapter's later requests once one is held
+        (FIFO within the adapter). vLLM's driver skips and passes over them
+        as it does the cap's (`GateMixin`, `PassOverQueue`)."""
+        guard = self.guard
+        if not self._star_seen or guard is None or guard.star is None:
+            return _NONE
+        return guard._held
 
     def scan_order(self, ctx: ScanContext, queue: list[str]) -> list[str]:
         first = self.front(ctx)
@@ -388,6 +407,7 @@ class FairGate(GateBase):
         adapter = rs.req.adapter
         if guard.star is not None:  # with no r*, nothing is held (`FairGuard.holds`)
             if rid == guard.star:
+                self._star_seen = True
                 guard.visit_star(slot_outputs_left((st.adapter(r), st.reqs[r].req.max_tokens - st.reqs[r].generated)
                                                    for r in st.running))
             if guard.holds(rid, adapter, rs.req.max_tokens - rs.generated):

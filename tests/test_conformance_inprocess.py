@@ -74,9 +74,10 @@ def test_policy_classes_random_workloads(tmp_path, policy):
         _check(replace(cfg, policy=policy), wl, tmp_path, policy)
 
 
-def _pass_over_runs(tmp_path, queue_class=None) -> tuple[int, int]:
+def _pass_over_runs(tmp_path, queue_class=None) -> tuple[int, int, int]:
     """fair's classes on 60 random workloads: (workloads on which `PassOverQueue`
-    passed requests over, workloads whose trace diverges from the reference)."""
+    passed requests over, those on which a scan ended after the tail
+    (`_tail_first`), those whose trace diverges from the reference)."""
     from lora_sched.conformance.inprocess import run_workload
     from lora_sched.policy.replay import replay
     from lora_sched.spec.trace import read_trace
@@ -97,7 +98,7 @@ def _pass_over_runs(tmp_path, queue_class=None) -> tuple[int, int]:
         return Counted
 
     classes = {False: counted(FairScheduler), True: counted(AsyncFairScheduler)}
-    exercised = diverged = 0
+    exercised = tails = diverged = 0
     for seed in range(60):
         cfg, wl = random_case(random.Random(10_000 + seed))
         cfg = replace(cfg, policy="fair")
@@ -105,16 +106,19 @@ def _pass_over_runs(tmp_path, queue_class=None) -> tuple[int, int]:
         path = tmp_path / f"pass-{seed}.jsonl"
         run_workload(cfg, wl, path, policy="fair", scheduler_class=classes[cfg.async_scheduling])
         exercised += built[0].passed > 0
+        tails += built[0].tails_first > 0
         diverged += not replay(read_trace(str(path)), "fair").ok
-    return exercised, diverged
+    return exercised, tails, diverged
 
 
 def test_fair_passes_over_what_the_full_cap_skips(tmp_path):
     """Inside vLLM, fair's scan passes over the waiting requests the full cap
-    skips (`PassOverQueue`) on a good share of random workloads, and every
-    trace still replays step for step: the queue vLLM leaves is its own."""
-    exercised, diverged = _pass_over_runs(tmp_path)
-    assert exercised >= 5 and diverged == 0, (exercised, diverged)
+    or the hold skips (`PassOverQueue`), and ends after the new arrivals when
+    the tally says the rest would only be skipped, on a good share of random
+    workloads; every trace still replays step for step: the queue vLLM
+    leaves is its own."""
+    exercised, tails, diverged = _pass_over_runs(tmp_path)
+    assert exercised >= 5 and tails >= 3 and diverged == 0, (exercised, tails, diverged)
 
 
 def test_planted_pass_over_out_of_order_is_caught(tmp_path):
@@ -133,8 +137,28 @@ def test_planted_pass_over_out_of_order_is_caught(tmp_path):
             aside, self.aside = self._aside(), set()
             self.inner.extendleft(reversed([*reversed(list(requests)), *aside]))
 
-    exercised, diverged = _pass_over_runs(tmp_path, Behind)
+    exercised, _, diverged = _pass_over_runs(tmp_path, Behind)
     assert exercised and diverged, f"{Behind.__doc__}: went unnoticed ({exercised} exercised)"
+
+
+def test_planted_tail_left_in_front_is_caught(tmp_path):
+    """...and a scan that ends after the tail but leaves the tail's skipped
+    requests in front of the prefix, instead of behind it, diverges."""
+    from lora_sched.scheduler import PassOverQueue
+
+    class TailAhead(PassOverQueue):
+        """the tail's skipped requests stay ahead of the prefix"""
+
+        def _fix(self, skipped) -> None:
+            self.prefix = None
+            back = self.aside | {id(r) for r in skipped}
+            self.aside = set()
+            before = [r for r in self.taken[:self.rotated_at] if id(r) in back]
+            tail = [r for r in skipped if id(r) in self.tail_ids]
+            self.inner.extendleft(reversed([*before, *tail]))
+
+    _, tails, diverged = _pass_over_runs(tmp_path, TailAhead)
+    assert tails and diverged, f"{TailAhead.__doc__}: went unnoticed ({tails} exercised)"
 
 
 @pytest.mark.parametrize("policy", ["vllm", "blocking", "fair"])

@@ -15,7 +15,7 @@ import importlib
 import inspect
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own scheduler
@@ -199,20 +199,19 @@ def test_star_first_keeps_the_queue_order(n: int, data: st.DataObject) -> None:
 
 # ---- what the full cap skips, passed over: `PassOverQueue` ----------------------------------
 
-@given(adapters=st.lists(st.integers(0, 4), min_size=1, max_size=14), data=st.data())
-@settings(max_examples=400, deadline=None)
-@pytest.mark.parametrize("policy", ["fcfs", "priority"])
-def test_pass_over_leaves_the_queue_as_vllm_skips_do(policy: str, adapters: list[int], data: st.DataObject) -> None:
-    """A scan through `PassOverQueue` leaves vLLM's waiting queue (its own
-    FCFS deque or priority heap), its `deferred_waiting` and its admissions
-    exactly as vLLM's own scan over the bare queue does, whatever the scan
-    admits, skips or stops at: with adapters 1-2 in the closed cap, a request
-    of adapters 3-4 is skipped at every visit, and passed over when it is
-    also already deferred and plain. The scan below is vLLM 0.32 / 0.33's
-    loop (ask, peek, decide, pop; the skipped requests prepended at the end);
-    an admission is pending until the next visit, as the driver's
-    `_candidate` is."""
-    from collections import deque
+def _model_scan(policy: str, adapters: list[int], plain: list[bool], deferred: list[bool], priority: list[int],
+                held: frozenset[int], tail_len: int, outcomes: list[str]):
+    """One waiting scan as vLLM 0.32 / 0.33's loop runs it (ask, peek, decide,
+    pop; the skipped requests prepended at the end), over vLLM's own queue
+    bare and through `PassOverQueue` (tally and tail as the driver gives
+    them): returns (bare queue, its owner, wrapped queue, its owner, admitted
+    bare, admitted wrapped). The cap is closed on adapters 1-2, `held` is
+    fair's hold: a request of an adapter in `held` or of 3-4 is skipped at
+    every visit; the others take `outcomes` in turn (then stop). An
+    admission is pending until the next visit, as the driver's `_candidate`
+    is. The last `tail_len` requests arrived since the last scan (not
+    deferred)."""
+    from collections import Counter, deque
     from types import SimpleNamespace
 
     from vllm.v1.core.sched.request_queue import SchedulingPolicy, create_request_queue
@@ -221,10 +220,7 @@ def test_pass_over_leaves_the_queue_as_vllm_skips_do(policy: str, adapters: list
     from lora_sched.scheduler import PassOverQueue
 
     n = len(adapters)
-    plain = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
-    deferred = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
-    priority = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
-    outcomes = data.draw(st.lists(st.sampled_from(["skip", "admit", "stop"]), max_size=n + 1))
+    deferred = [d and i < n - tail_len for i, d in enumerate(deferred)]
 
     class Req:  # hashed by identity, as vLLM's Request in `deferred_waiting`; ordered as its heap orders
         def __init__(self, i: int, adapter: int) -> None:
@@ -238,17 +234,18 @@ def test_pass_over_leaves_the_queue_as_vllm_skips_do(policy: str, adapters: list
         def __lt__(self, other: Req) -> bool:
             return self.key < other.key
 
-    reqs = [Req(i, a) for i, a in enumerate(adapters)]
     closed = {1, 2}
 
     def blocked(r) -> bool:
-        return r.lora_request is not None and r.lora_request.lora_int_id not in closed
+        a = r.lora_request.lora_int_id if r.lora_request else 0
+        return a > 0 and (a in held or a not in closed)
 
     def scan(queue, owner) -> list[str]:
         skipped: deque = deque()
         admitted, todo = [], list(outcomes)
         while queue:
             head = queue.peek_request()
+            head.status = RequestStatus.WAITING  # the visit promotes a blocked status (its grammar is ready)
             owner._candidate = None  # the visit flushes a pending admission
             what = "skip" if blocked(head) else (todo.pop(0) if todo else "stop")
             if what == "stop":
@@ -264,26 +261,69 @@ def test_pass_over_leaves_the_queue_as_vllm_skips_do(policy: str, adapters: list
             queue.prepend_requests(skipped)
         return admitted
 
-    def owner():
-        return SimpleNamespace(_closed=closed, _candidate=None, _first=set(), passed=0,
-                               deferred_waiting={r for r, d in zip(reqs, deferred, strict=True) if d})
-
-    def queue():
+    def built():  # fresh requests for each run (a visit changes their status), their queue, their owner
+        reqs = [Req(i, a) for i, a in enumerate(adapters)]
         q = create_request_queue(SchedulingPolicy(policy))
         for r in reqs:
             q.add_request(r)
-        return q
+        owner = SimpleNamespace(_closed=closed, _held=held, _candidate=None, _first=set(), passed=0, tails_first=0,
+                                _blocked={r for r, p in zip(reqs, plain, strict=True) if not p},
+                                deferred_waiting={r for r, d in zip(reqs, deferred, strict=True) if d})
+        return reqs, q, owner
 
-    bare_owner, pass_owner = owner(), owner()
-    bare = queue()
+    _, bare, bare_owner = built()
     want = scan(bare, bare_owner)
-    wrapped = PassOverQueue(queue(), pass_owner)
+    reqs, inner, pass_owner = built()
+    wrapped = PassOverQueue(inner, pass_owner)
+    wrapped.count(dict(Counter(adapters)), [])
+    wrapped.tail = reqs[n - tail_len:] if tail_len else []
     got = scan(wrapped, pass_owner)
+    return bare, bare_owner, wrapped, pass_owner, want, got
+
+
+@st.composite
+def _scan_cases(draw: st.DrawFn) -> tuple:
+    """(adapters, plain, deferred, priority, held, tail length, outcomes) for `_model_scan`."""
+    adapters = draw(st.lists(st.sampled_from([0, 1, 2, 3, 3, 4, 4]), min_size=1, max_size=14))
+    n = len(adapters)
+    flags = st.lists(st.sampled_from([True, True, True, False]), min_size=n, max_size=n)
+    return (adapters, draw(flags), draw(flags), draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)),
+            draw(st.sampled_from([frozenset(), frozenset({1})])), draw(st.integers(0, n)),
+            draw(st.lists(st.sampled_from(["skip", "admit", "stop"]), max_size=n + 1)))
+
+
+@given(case=_scan_cases())
+@settings(max_examples=400, deadline=None)
+# a deferred request visited before the tally says the rest passes: it must not count as undeferred
+@example(case=([1, 3, 3, 3], [True] * 4, [True, True, False, True], [0] * 4, frozenset(), 0, ["skip"]))
+# a blocked status ahead (structured output's grammar): its visit promotes it, so it must be visited
+@example(case=([3, 3], [True, False], [True, True], [0, 0], frozenset(), 0, []))
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+def test_pass_over_leaves_the_queue_as_vllm_skips_do(policy: str, case: tuple) -> None:
+    """A scan through `PassOverQueue` leaves vLLM's waiting queue (its own
+    FCFS deque or priority heap), its `deferred_waiting`, the requests'
+    statuses and its admissions exactly as vLLM's own scan over the bare
+    queue does (`_model_scan`), whatever the scan admits, skips or stops at,
+    whether requests are passed over one by one or the scan ends after the
+    tail."""
+    bare, bare_owner, wrapped, pass_owner, want, got = _model_scan(policy, *case)
     assert len(wrapped) == len(bare)
     after = wrapped.restore()
     assert got == want
-    assert [r.request_id for r in after] == [r.request_id for r in bare]
-    assert pass_owner.deferred_waiting == bare_owner.deferred_waiting
-    top = reqs.index(min(reqs)) if policy == "priority" else 0
-    if blocked(reqs[top]) and plain[top] and deferred[top]:
-        assert pass_owner.passed  # the first ask passes the head over
+    assert [(r.request_id, r.status) for r in after] == [(r.request_id, r.status) for r in bare]
+    assert {r.request_id for r in pass_owner.deferred_waiting} == {r.request_id for r in bare_owner.deferred_waiting}
+
+
+@pytest.mark.parametrize("outcomes", [[], ["skip"], ["admit", "admit"], ["admit", "skip", "admit"]])
+def test_the_scan_ends_after_the_tail(outcomes: list[str]) -> None:
+    """Ten deferred requests of blocked adapters (3, 4, and 1 while it is
+    held) ahead of three new arrivals: the scan visits the arrivals first,
+    and once it has visited all three it ends (the other ten pass,
+    untouched); the queue ends in vLLM's order either way."""
+    adapters = [3, 4, 1, 3, 3, 4, 1, 4, 3, 4, 1, 0, 2]
+    n = len(adapters)
+    bare, _, wrapped, pass_owner, want, got = _model_scan(
+        "fcfs", adapters, [True] * n, [True] * n, [0] * n, frozenset({1}), 3, outcomes)
+    assert pass_owner.tails_first == 1
+    assert pass_owner.passed == (10 if len(outcomes) >= 2 else 0)  # the 0 and the 2 take an outcome each
+    assert got == want and [r.request_id for r in wrapped.restore()] == [r.request_id for r in bare]

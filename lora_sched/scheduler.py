@@ -36,11 +36,16 @@ indexes `waiting` itself and puts one request first (`fair`'s r*, through
 `Gate.front`) leaves vLLM's FCFS deque in place: r* is moved to its front
 for the scan and, if the scan leaves it waiting, moved back to where the
 reference keeps it (`_put_first`, `_put_back`), so the scan's peeks and
-pops are vLLM's own. Once the cap is full (`Gate.cap_closed`), the requests
-vLLM's scan would only skip are passed over before its loop reaches them
-(`PassOverQueue`, for that one scan) and go back among its skipped
-requests in the order they had, so vLLM's loop visits the requests that
-can run, not the whole backlog. No request field is written.
+pops are vLLM's own. Once the cap is full (`Gate.cap_closed`), or fair
+holds an adapter for the rest of the scan (`FairGate.held_for_scan`), the
+requests vLLM's scan would only skip are passed over before its loop
+reaches them (`PassOverQueue`, for that one scan) and go back among its
+skipped requests in the order they had; and when a tally of the queue (per
+adapter, from the gate's index, and how many are not yet in vLLM's
+`deferred_waiting`) shows that all but the requests that arrived since the
+last scan would only be skipped, those arrivals are visited first and the
+scan ends after them. So vLLM's loop visits the requests that can run, not
+the whole backlog. No request field is written.
 
 If the installed vLLM is not a release `spec.releases` lists (0.32.x,
 0.33.x), or its `schedule()` does not have exactly one node of each shape,
@@ -338,8 +343,17 @@ class PassOverQueue(RequestQueue):
     scan (`restore`), the passed-over requests go back too: among them in
     visit order in the FCFS deque, pushed by their key in the heap (where
     vLLM's own put-back pushes too), so the queue ends as vLLM's own skips
-    leave it: every request still waiting, in the order it had. `passed`
-    (on the owner) counts them over the scheduler's life."""
+    leave it: every request still waiting, in the order it had.
+
+    A long backlog would still cost a visit per request here. So the queue
+    also keeps a tally (`count`): per adapter, the requests not yet visited
+    (from the gate's index), and how many are not yet deferred. When it
+    shows that everything but the requests that arrived since the last scan
+    (the driver's `tail`, still at the deque's back) would only be skipped,
+    the tail moves to the front (`_tail_first`, O(its length)), vLLM visits
+    it, and the scan ends (`__bool__` answers False once) before the
+    prefix; `_fix` then puts the prefix back ahead of the tail. `passed`
+    and `tails_first` (on the owner) count both over the scheduler's life."""
 
     def __init__(self, inner: Any, owner: Any) -> None:
         self.inner = inner
@@ -653,7 +667,12 @@ class GateMixin(HookedMixin):
     - `enqueued(state, rid)` when a request joins `waiting` (`add_request`,
       `_preempt_request`) and `dequeued(state, rid)` when one leaves it
       without being admitted (`_free_request` of a waiting request), so a
-      gate can index the queue (`fair`'s r* in O(log W)).
+      gate can index the queue (`fair`'s r* in O(log W));
+    - `cap_closed(ctx)`, `held_for_scan()` and `waiting_by_adapter()`, where
+      the gate has them (`fair`): the adapters whose requests `decide`
+      would skip for the rest of the scan, and the index's counts, so that
+      the scan skips and passes over those requests without a call
+      (`PassOverQueue`).
 
     `ctx.scheduled_loras` is vLLM's own `scheduled_loras` set, which its scan
     grows. `ctx.state` is `mirror`, a `spec.state.State` kept from vLLM's

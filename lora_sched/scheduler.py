@@ -334,9 +334,9 @@ class PassOverQueue(RequestQueue):
     before each `peek_request`) when vLLM's own visit would skip it and do
     nothing else: the driver's `_lora_gate` shortcut skips it (an adapter
     (> 0) outside `cap_closed` or in `held_for_scan`, not put first, no
-    admission pending), its
-    status is plain WAITING or PREEMPTED (`_handle_blocked_waiting_request`
-    changes nothing), it holds no KV blocks (the skip would queue it in
+    admission pending), its status is plain WAITING or PREEMPTED
+    (`_handle_blocked_waiting_request` changes nothing), it holds no KV
+    blocks (the skip would queue it in
     `waiting`, not `kv_holding_waiting`), and it is already in vLLM's
     `deferred_waiting` (the skip's `deferred_waiting.add` is a no-op). When
     vLLM puts its skipped requests back (`prepend_requests`), or after the
@@ -395,7 +395,8 @@ class PassOverQueue(RequestQueue):
         per adapter, `tail_undeferred` not deferred) would be skipped with
         nothing else done, by the tally, in O(max_loras): all deferred, plain
         (the driver knows no blocked status is waiting), of an adapter (> 0)
-        outside `cap_closed` or in `held_for_scan`; none put first."""
+        outside `cap_closed` or in `held_for_scan`; none put first; and none
+        holds KV blocks, as vLLM queues those in `kv_holding_waiting`."""
         owner, left = self.owner, self.left
         m = len(self.inner) - k
         if left is None or m <= 0 or owner._candidate is not None or self.first_left or owner._blocked \
@@ -533,8 +534,9 @@ class PassOverQueue(RequestQueue):
         return out
 
     def prepend_requests(self, requests: Iterable[Request]) -> None:
-        """vLLM's skipped requests back at the front (its scan is over), with
-        the passed-over ones among them in visit order."""
+        """vLLM's skipped requests back (its scan is over), with the
+        passed-over ones among them in visit order (FCFS) or pushed by their
+        key (heap), and the prefix back ahead of the tail (`_fix`)."""
         self.scanning = False
         if self.prefix is not None:
             self._fix(list(reversed(list(requests))))  # vLLM's skipped deque is newest first
@@ -578,7 +580,11 @@ class PassOverQueue(RequestQueue):
         if out:
             self.aside -= out
             self.taken = [r for r in self.taken if id(r) not in out]
-        self.inner.remove_requests([r for r in requests if id(r) not in out])
+        rest = [r for r in requests if id(r) not in out]
+        if self.prefix is not None:  # one of the prefix leaves: it is shorter
+            inner = {id(r) for r in self.inner}
+            self.prefix -= sum(1 for r in rest if id(r) in inner and id(r) not in self.tail_ids)
+        self.inner.remove_requests(rest)
 
     def __len__(self) -> int:
         return len(self.inner) + len(self.aside)

@@ -37,7 +37,10 @@ backlog's requests of the running adapters (to all of W once they are gone).
 
 vLLM's waiting queue is its FCFS deque, or with `--overhead-queue
 priority` its priority heap (`--scheduling-policy priority`; every request
-at priority 0, so the heap orders by arrival).
+at priority 0, so the heap orders by arrival). `--overhead-base-share F`
+sends a share F of the backlog's requests to the base model;
+`--overhead-kv F` shrinks the KV pool to F of what the batch needs at its
+longest, so that running requests are preempted as they grow (`Load`).
 
 The grid is W in {0, 500, 2000, 10000} x A in {8, 64, 512} x max_loras in
 {4, 16}. Per cell, every scheduler is built, warmed up (S + 4 steps, so
@@ -150,6 +153,22 @@ def _summary(values: Sequence[float]) -> dict[str, float]:
     return {"min": min(values), "max": max(values), "mean": statistics.fmean(values)} if values else {}
 
 
+@dataclass(frozen=True)
+class Load:
+    """What the steady state is made of besides the cell: vLLM's waiting
+    queue (`fcfs`, or `priority`: its heap, every request at priority 0),
+    the share of requests for the base model, and the KV pool as a fraction
+    of what the batch and 8 more requests need at their longest (below 1,
+    running requests are preempted as they grow)."""
+
+    queue: str = "fcfs"
+    base_share: float = 0.0
+    kv_fraction: float = 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"queue": self.queue, "base_share": self.base_share, "kv_fraction": self.kv_fraction}
+
+
 @dataclass
 class Runner:
     """One scheduler driven through the closed loop of `Cell`."""
@@ -158,6 +177,7 @@ class Runner:
     cell: Cell
     sched: Any
     rng: random.Random
+    base_share: float = 0.0
     next_id: int = 0
     queue: list[tuple[Any, set[str]]] = field(default_factory=list)  # scheduled, output not applied
     reissue: list[int] = field(default_factory=list)  # adapters of the clients whose request finished
@@ -191,7 +211,13 @@ class Runner:
         for i in range(RUNNING):
             self.add(1 + i % active, 1 + i * (OUTPUT[0] + OUTPUT[1]) // (2 * RUNNING))
         for _ in range(self.cell.waiting):
-            self.add(self.rng.randint(1, self.cell.adapters), self.rng.randint(*OUTPUT))
+            self.add(self.draw_adapter(), self.rng.randint(*OUTPUT))
+
+    def draw_adapter(self) -> int:
+        """A new client's adapter: uniform over 1..A, or the base model (0) at `base_share`."""
+        if self.base_share and self.rng.random() < self.base_share:
+            return 0
+        return self.rng.randint(1, self.cell.adapters)
 
     def refill(self, *, broken: bool = False) -> None:
         """Each client whose request finished sends its next one (same adapter)."""
@@ -201,7 +227,7 @@ class Runner:
         if broken:
             return
         for i in range(need):
-            adapter = adapters[i] if i < len(adapters) else self.rng.randint(1, self.cell.adapters)
+            adapter = adapters[i] if i < len(adapters) else self.draw_adapter()
             self.add(adapter, self.rng.randint(*OUTPUT))
 
     def step(self, *, measured: bool, profile: cProfile.Profile | None = None) -> None:
@@ -265,30 +291,31 @@ class Runner:
         }
 
 
-def build(entry: Entry, cell: Cell, *, starvation_steps: int, seed: int, queue: str = "fcfs") -> Runner:
+def build(entry: Entry, cell: Cell, *, starvation_steps: int, seed: int, load: Load = Load()) -> Runner:
     """`entry`'s class configured for `cell`, built as `conformance.inprocess` builds vLLM's."""
     from lora_sched.conformance.inprocess import make_scheduler
 
     per_request = -(-(PROMPT + OUTPUT[1]) // BLOCK_SIZE)
     cfg = Config(max_loras=cell.max_loras, max_num_seqs=RUNNING, max_num_batched_tokens=BUDGET,
-                 kv_blocks=(RUNNING + 8) * per_request, block_size=BLOCK_SIZE,
-                 async_scheduling=entry.is_async, policy="vllm", starvation_steps=starvation_steps,
-                 queue=queue)
+                 kv_blocks=max(per_request, int((RUNNING + 8) * per_request * load.kv_fraction)),
+                 block_size=BLOCK_SIZE, async_scheduling=entry.is_async, policy="vllm",
+                 starvation_steps=starvation_steps, queue=load.queue)
     sched = make_scheduler(cfg, scheduler_class=entry.cls)
-    runner = Runner(entry, cell, sched, random.Random(f"{seed}:{cell.waiting}:{cell.adapters}:{cell.max_loras}"))
+    runner = Runner(entry, cell, sched, random.Random(f"{seed}:{cell.waiting}:{cell.adapters}:{cell.max_loras}"),
+                    load.base_share)
     runner.fill()
     return runner
 
 
 def run_cell(cell: Cell, chosen: Sequence[Entry], *, steps: int, warmup: int, starvation_steps: int,
              seed: int, cell_seconds: float = 0.0, profile: cProfile.Profile | None = None,
-             broken_refill: bool = False, queue: str = "fcfs") -> list[Runner]:
+             broken_refill: bool = False, load: Load = Load()) -> list[Runner]:
     """Build, warm up and measure every class of `chosen` on `cell`, interleaved.
 
     `steps` rounds at least; then more (up to `EXTRA` x `steps` in all) while
     the measured rounds have taken less than `cell_seconds`, so that a cheap
     cell gets enough steps to see through the machine's noise."""
-    runners = [build(e, cell, starvation_steps=starvation_steps, seed=seed, queue=queue) for e in chosen]
+    runners = [build(e, cell, starvation_steps=starvation_steps, seed=seed, load=load) for e in chosen]
     for _ in range(warmup):
         for r in runners:
             r.refill()
@@ -326,7 +353,7 @@ def grid(waiting: Iterable[int], adapters: Iterable[int], max_loras: Iterable[in
 
 def run_grid(cells: Sequence[Cell], *, steps: int, warmup: int, starvation_steps: int, seed: int = 0,
              cell_seconds: float = 0.0, broken_refill: bool = False, log: Any = None,
-             policies: Sequence[str] | None = None, queue: str = "fcfs") -> dict[str, Any]:
+             policies: Sequence[str] | None = None, load: Load = Load()) -> dict[str, Any]:
     """Every cell, every class (or stock's and `policies`' only); the results as the JSON `--out` writes."""
     import vllm
 
@@ -340,7 +367,7 @@ def run_grid(cells: Sequence[Cell], *, steps: int, warmup: int, starvation_steps
     for cell in cells:
         t = time.perf_counter()
         runners = run_cell(cell, chosen, steps=steps, warmup=warmup, starvation_steps=starvation_steps,
-                           seed=seed, cell_seconds=cell_seconds, broken_refill=broken_refill, queue=queue)
+                           seed=seed, cell_seconds=cell_seconds, broken_refill=broken_refill, load=load)
         results.append(cell_result(cell, runners))
         del runners
         if log:
@@ -352,7 +379,7 @@ def run_grid(cells: Sequence[Cell], *, steps: int, warmup: int, starvation_steps
         "config": {"running": RUNNING, "max_num_seqs": RUNNING, "max_num_batched_tokens": BUDGET,
                    "prompt_tokens": PROMPT, "output_tokens": list(OUTPUT), "block_size": BLOCK_SIZE,
                    "starvation_steps": starvation_steps, "steps": steps, "warmup": warmup,
-                   "cell_seconds": cell_seconds, "max_steps": EXTRA * steps, "queue": queue},
+                   "cell_seconds": cell_seconds, "max_steps": EXTRA * steps, **load.to_dict()},
         "classes": [{"class": e.name, "policy": e.policy, "async": e.is_async, "base": e.base} for e in chosen],
         "cells": results, "wall_s": time.perf_counter() - t_start,
     }
@@ -391,7 +418,7 @@ def table(report: dict[str, Any]) -> str:
 
 
 def profile_cell(name: str, cell: Cell, *, steps: int, warmup: int, starvation_steps: int, seed: int = 0,
-                 top: int = 15, queue: str = "fcfs") -> str:
+                 top: int = 15, load: Load = Load()) -> str:
     """cProfile's top `top` functions by cumulative time over `name`'s measured steps on `cell`."""
     chosen = [e for e in entries() if name in (e.name, e.policy) and not (e.policy == name and e.is_async)]
     if not chosen:
@@ -399,7 +426,7 @@ def profile_cell(name: str, cell: Cell, *, steps: int, warmup: int, starvation_s
         raise SystemExit(f"error: --profile: unknown class {name!r} (known: {known}, or a policy name)")
     prof = cProfile.Profile()
     runners = run_cell(cell, chosen[:1], steps=steps, warmup=warmup, starvation_steps=starvation_steps,
-                       seed=seed, profile=prof, queue=queue)
+                       seed=seed, profile=prof, load=load)
     buf = io.StringIO()
     r = runners[0]
     buf.write(f"== {r.entry.name} on {cell.label}: {len(r.step_ns)} steps, median "
@@ -435,6 +462,11 @@ def add_arguments(parser: argparse.ArgumentParser | Any, *, standalone: bool = T
     parser.add_argument("--overhead-queue", choices=("fcfs", "priority"), default="fcfs",
                         help="vLLM's waiting queue (--scheduling-policy; default fcfs; priority: every "
                              "request at priority 0, the heap ordered by arrival)")
+    parser.add_argument("--overhead-base-share", type=float, default=0.0, metavar="F",
+                        help="the share of requests for the base model, 0 <= F < 1 (default 0)")
+    parser.add_argument("--overhead-kv", type=float, default=1.0, metavar="F",
+                        help="the KV pool as a fraction of what the batch and 8 more requests need at "
+                             "their longest, 0 < F <= 1 (default 1; below it, running requests are preempted)")
     parser.add_argument("--overhead-policies", default=None, metavar="P,Q",
                         help="time only these policies' classes next to stock's (default: every class)")
     parser.add_argument("--profile", metavar="CLASS", default=None,
@@ -471,11 +503,15 @@ def main(args: argparse.Namespace) -> int:
     if steps < 1 or warmup < 0 or min(waiting + adapters + max_loras) < 0 or min(adapters + max_loras) < 1:
         print("error: --steps must be >= 1, --warmup >= 0, W >= 0, A and max_loras >= 1")
         return 2
-    queue = getattr(args, "overhead_queue", "fcfs")
+    load = Load(getattr(args, "overhead_queue", "fcfs"), getattr(args, "overhead_base_share", 0.0),
+                getattr(args, "overhead_kv", 1.0))
+    if not (0 <= load.base_share < 1 and 0 < load.kv_fraction <= 1):
+        print("error: --overhead-base-share must be in [0, 1) and --overhead-kv in (0, 1]")
+        return 2
     if args.profile:
         cell = Cell(*_ints(args.cell)) if args.cell else Cell(max(waiting), max(adapters), min(max_loras))
         print(profile_cell(args.profile, cell, steps=steps, warmup=warmup, starvation_steps=s, seed=seed,
-                           queue=queue))
+                           load=load))
         return 0
     cells = grid(waiting, adapters, max_loras)
     _progress(f"overhead: {len(cells)} cells, {steps} steps or more within {cell_seconds} s (warmup {warmup}), "
@@ -488,10 +524,12 @@ def main(args: argparse.Namespace) -> int:
               f"choose from {', '.join(sorted(known))}")
         return 2
     report = run_grid(cells, steps=steps, warmup=warmup, starvation_steps=s, seed=seed, cell_seconds=cell_seconds,
-                      log=_progress, policies=only, queue=queue)
+                      log=_progress, policies=only, load=load)
     print(f"== Scheduler overhead: vLLM {report['vllm']} schedule() + update_from_output(), "
           f"{RUNNING} running, budget {BUDGET}, starvation_steps {s}, {steps}-{EXTRA * steps} steps/cell"
-          f"{', priority queue' if queue == 'priority' else ''} ==")
+          f"{', priority queue' if load.queue == 'priority' else ''}"
+          f"{f', base model {load.base_share:.0%}' if load.base_share else ''}"
+          f"{f', KV {load.kv_fraction:.0%}' if load.kv_fraction < 1 else ''} ==")
     print(table(report))
     if args.out:
         out = Path(args.out)

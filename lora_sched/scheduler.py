@@ -360,7 +360,7 @@ class PassOverQueue(RequestQueue):
         self.owner = owner
         self.fcfs = isinstance(inner, deque)
         self.taken: list[Request] = []  # out of the queue this scan, in visit order
-        self.aside: set[int] = set()  # ids of those passed over, not yet put back
+        self.aside: set[Request] = set()  # those passed over, not yet put back (hashed by identity)
         self.scanning = True
         # The tally that lets the scan end at once (`count`): None, or the
         # queue's requests not yet visited per adapter, ...
@@ -372,6 +372,8 @@ class PassOverQueue(RequestQueue):
         self.tail_ids: set[int] = set()
         self.rotated_at = 0  # visits before the tail moved
         self._tail_stats: tuple[dict[int, int], int] | None = None  # per adapter, not deferred
+        self._stops: set[Request] = set()  # `_jump`: where a run must end
+        self._stops_key: tuple[tuple[int, ...], int] | None = None
 
     def count(self, waiting_by_adapter: dict[int, int], kv_holding: Iterable[Request]) -> None:
         """Start the tally from the gate's count of waiting requests per adapter
@@ -447,10 +449,10 @@ class PassOverQueue(RequestQueue):
         had (the tail came last)."""
         m, self.prefix = self.prefix, None
         assert m is not None
-        back = self.aside | {id(r) for r in skipped}
+        back = self.aside.union(skipped)
         self.aside = set()
         tail = self.tail_ids
-        before = [r for r in self.taken[:self.rotated_at] if id(r) in back]
+        before = list(filter(back.__contains__, self.taken[:self.rotated_at]))  # C speed: most of a backlog
         q = self.inner
         unvisited = [q.popleft() for _ in range(len(q) - m)]  # the tail's, at the front
         q.extend(r for r in skipped if id(r) in tail)
@@ -481,31 +483,75 @@ class PassOverQueue(RequestQueue):
             return
         q, first, deferred, passes = self.inner, owner._first, owner.deferred_waiting, self._passes
         if self.fcfs:  # the run at the head that vLLM's visits would skip, then out at once
-            n, plain = 0, _PLAIN
-            for r in q:  # `_passes`, inlined: this loop is most of a long backlog's scan
-                lora = r.lora_request
-                if lora is None:
-                    break
-                a = lora.lora_int_id
-                if a <= 0 or not (a in held or (closed is not None and a not in closed)) \
-                        or r.status not in plain or r.num_computed_tokens or r not in deferred \
-                        or r.request_id in first:
-                    break
-                n += 1
+            n = self._jump()
+            jumped = n is not None
+            if n is None:
+                n = self._run_length(closed, held, first, deferred)
             popleft = q.popleft
             run = [popleft() for _ in range(n)]
         else:  # the heap's order: its top, while it passes
+            jumped = False
             run = []
             while q and passes(q.peek_request(), closed, held, first, deferred):
                 run.append(q.pop_request())
         if run:
             self.taken += run
-            self.aside.update(map(id, run))
+            self.aside.update(run)
             owner.passed += len(run)
             left = self.left
-            if left is not None:  # all deferred: only the adapters' counts move
+            if left is not None and not jumped:  # all deferred: only the adapters' counts move
                 for r in run:
                     left[r.lora_request.lora_int_id] -= 1
+            # After a jump the run holds no request of an adapter the scan may
+            # still admit, whose counts are all the tally reads from then on
+            # (the cap stays closed to the scan's end, and the held adapters
+            # only grow), so the others' counts are left as they were.
+
+    def _jump(self) -> int | None:
+        """The run's length by the tally, at C speed, or None when the tally
+        cannot tell. When every request not yet visited but the tail is
+        deferred and plain and none is put first, the run ends at the first
+        request of an adapter the scan may still admit (the base model, and
+        those in `cap_closed` not held) or of the tail: found by one
+        `map(set.__contains__, deque)` over the driver's waiting requests of
+        those adapters, whose count in the deque must match the tally's."""
+        owner, left, tail = self.owner, self.left, self.tail
+        closed, held = owner._closed, owner._held
+        if left is None or closed is None or owner._blocked or self.first_left or self.prefix is not None:
+            return None
+        if self._tail_stats is None or len(self.inner) < len(tail):
+            return None
+        tail_left, tail_undeferred = self._tail_stats
+        if self.undeferred != tail_undeferred:
+            return None
+        admissible = [0, *(a for a in closed if a not in held)]
+        key = (tuple(admissible), len(held))
+        if self._stops_key != key:
+            by = owner._by_adapter
+            self._stops = set(tail).union(*(by.get(a, ()) for a in admissible))
+            self._stops_key = key
+        flags = list(map(self._stops.__contains__, self.inner))
+        want = sum(left.get(a, 0) for a in admissible) + sum(
+            v for a, v in tail_left.items() if a not in admissible)
+        if sum(flags) != want:
+            return None  # the driver's sets and the tally disagree: walk
+        return flags.index(True) if want else len(flags)
+
+    def _run_length(self, closed: set[int] | None, held: set[int] | frozenset[int], first: set[str],
+                    deferred: set[Request]) -> int:
+        """The run's length, request by request."""
+        n, plain, q = 0, _PLAIN, self.inner
+        for r in q:  # `_passes`, inlined: this loop is most of a long backlog's scan
+            lora = r.lora_request
+            if lora is None:
+                break
+            a = lora.lora_int_id
+            if a <= 0 or not (a in held or (closed is not None and a not in closed)) \
+                    or r.status not in plain or r.num_computed_tokens or r not in deferred \
+                    or r.request_id in first:
+                break
+            n += 1
+        return n
 
     def __bool__(self) -> bool:
         """What vLLM's loop asks before each visit: the run at the head it
@@ -548,9 +594,9 @@ class PassOverQueue(RequestQueue):
             aside, self.aside = self._aside(), set()
             self.inner.prepend_requests([*requests, *aside])
             return
-        back = self.aside | {id(r) for r in requests}
+        back = self.aside.union(requests)
         self.aside = set()
-        self.inner.extendleft(reversed([r for r in self.taken if id(r) in back]))
+        self.inner.extendleft(reversed(list(filter(back.__contains__, self.taken))))
 
     def restore(self) -> Any:
         """After the scan: the deque, with any request still passed over (vLLM
@@ -561,7 +607,7 @@ class PassOverQueue(RequestQueue):
         return self.inner
 
     def _aside(self) -> list[Request]:
-        return [r for r in self.taken if id(r) in self.aside]
+        return list(filter(self.aside.__contains__, self.taken))
 
     # vLLM's loop only asks, peeks and pops until it puts its skipped requests
     # back; the rest keeps the passed-over requests waiting, where they were.
@@ -576,11 +622,11 @@ class PassOverQueue(RequestQueue):
 
     def remove_requests(self, requests: Iterable[Request]) -> None:
         requests = list(requests)
-        out = {id(r) for r in requests} & self.aside
+        out = self.aside.intersection(requests)
         if out:
             self.aside -= out
-            self.taken = [r for r in self.taken if id(r) not in out]
-        rest = [r for r in requests if id(r) not in out]
+            self.taken = [r for r in self.taken if r not in out]
+        rest = [r for r in requests if r not in out]
         if self.prefix is not None:  # one of the prefix leaves: it is shorter
             inner = {id(r) for r in self.inner}
             self.prefix -= sum(1 for r in rest if id(r) in inner and id(r) not in self.tail_ids)
@@ -726,6 +772,7 @@ class GateMixin(HookedMixin):
         self.tails_first = 0  # scans that ended after the tail (`PassOverQueue._tail_first`)
         self._blocked: set[Request] = set()  # arrived in a blocked status (structured output's grammar)
         self._tail: list[Request] = []  # arrived since the last waiting scan (`PassOverQueue.tail`)
+        self._by_adapter: dict[int, set[Request]] = {}  # waiting requests per adapter (`PassOverQueue._jump`)
         if not self._indexed:
             s.waiting = ScanOrderQueue(s.waiting)
 
@@ -744,6 +791,7 @@ class GateMixin(HookedMixin):
             self._blocked.add(request)
         if self._passes_over:
             self._tail.append(request)
+            self._by_adapter.setdefault(_adapter(request), set()).add(request)
         self.gate.enqueued(self.mirror, request.request_id)
 
     def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> None:
@@ -754,9 +802,12 @@ class GateMixin(HookedMixin):
         rs.preemptions += 1
         if self._indexed:  # `_sync_running` syncs it until it runs again
             self._resumed.add(request.request_id)
+        if self._passes_over:
+            self._by_adapter.setdefault(_adapter(request), set()).add(request)
         self.gate.enqueued(self.mirror, request.request_id)
 
     def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        self._by_adapter.get(_adapter(request), set()).discard(request)
         rs = self.mirror.reqs.get(request.request_id)
         if rs is not None:
             if rs.status == "waiting":
@@ -819,6 +870,7 @@ class GateMixin(HookedMixin):
         if request is None or request.status != RequestStatus.RUNNING or self._ctx is None:
             return
         rid = request.request_id
+        self._by_adapter.get(_adapter(request), set()).discard(request)
         rs = self.mirror.reqs[rid]
         rs.status = "running"
         if rs.first_admitted is None:

@@ -266,9 +266,13 @@ def _model_scan(policy: str, adapters: list[int], plain: list[bool], deferred: l
         q = create_request_queue(SchedulingPolicy(policy))
         for r in reqs:
             q.add_request(r)
+        by_adapter: dict[int, set] = {}
+        for r in reqs:
+            by_adapter.setdefault(r.lora_request.lora_int_id if r.lora_request else 0, set()).add(r)
         owner = SimpleNamespace(_closed=closed, _held=held, _candidate=None, _first=set(), passed=0, tails_first=0,
                                 _blocked={r for r, p in zip(reqs, plain, strict=True) if not p},
-                                deferred_waiting={r for r, d in zip(reqs, deferred, strict=True) if d})
+                                deferred_waiting={r for r, d in zip(reqs, deferred, strict=True) if d},
+                                _by_adapter=by_adapter)
         return reqs, q, owner
 
     _, bare, bare_owner = built()
@@ -298,6 +302,8 @@ def _scan_cases(draw: st.DrawFn) -> tuple:
 @example(case=([1, 3, 3, 3], [True] * 4, [True, True, False, True], [0] * 4, frozenset(), 0, ["skip"]))
 # a blocked status ahead (structured output's grammar): its visit promotes it, so it must be visited
 @example(case=([3, 3], [True, False], [True, True], [0, 0], frozenset(), 0, []))
+# the jump (`_jump`): runs of 3-4 passed over at once, each ending at a request of 1 or 2, which is visited
+@example(case=([3, 3, 1, 3, 4, 2, 4], [True] * 7, [True] * 7, [0] * 7, frozenset(), 0, ["admit", "admit"]))
 @pytest.mark.parametrize("policy", ["fcfs", "priority"])
 def test_pass_over_leaves_the_queue_as_vllm_skips_do(policy: str, case: tuple) -> None:
     """A scan through `PassOverQueue` leaves vLLM's waiting queue (its own

@@ -71,7 +71,7 @@ import inspect
 import textwrap
 from collections import deque
 from collections.abc import Iterable, Iterator
-from itertools import islice
+from itertools import compress, count, islice
 from typing import Any
 
 import vllm
@@ -372,8 +372,12 @@ class PassOverQueue(RequestQueue):
         self.tail_ids: set[int] = set()
         self.rotated_at = 0  # visits before the tail moved
         self._tail_stats: tuple[dict[int, int], int] | None = None  # per adapter, not deferred
-        self._stops: set[Request] = set()  # `_jump`: where a run must end
+        # `_jump`: the places where a run must end, when they were found (the
+        # adapters that may still be admitted, and `len(taken)` then), the next one
         self._stops_key: tuple[tuple[int, ...], int] | None = None
+        self._stop_at: list[int] = []
+        self._taken_at = 0
+        self._stop_next = 0
 
     def count(self, waiting_by_adapter: dict[int, int], kv_holding: Iterable[Request]) -> None:
         """Start the tally from the gate's count of waiting requests per adapter
@@ -512,9 +516,12 @@ class PassOverQueue(RequestQueue):
         cannot tell. When every request not yet visited but the tail is
         deferred and plain and none is put first, the run ends at the first
         request of an adapter the scan may still admit (the base model, and
-        those in `cap_closed` not held) or of the tail: found by one
+        those in `cap_closed` not held) or of the tail: their places are
+        found once (again only when a hold narrows the adapters) by one
         `map(set.__contains__, deque)` over the driver's waiting requests of
-        those adapters, whose count in the deque must match the tally's."""
+        those adapters, whose count in the deque must match the tally's;
+        then, as the scan takes requests off the front only, the next
+        place less what was taken since is the run's length."""
         owner, left, tail = self.owner, self.left, self.tail
         closed, held = owner._closed, owner._held
         if left is None or closed is None or owner._blocked or self.first_left or self.prefix is not None:
@@ -528,14 +535,21 @@ class PassOverQueue(RequestQueue):
         key = (tuple(admissible), len(held))
         if self._stops_key != key:
             by = owner._by_adapter
-            self._stops = set(tail).union(*(by.get(a, ()) for a in admissible))
-            self._stops_key = key
-        flags = list(map(self._stops.__contains__, self.inner))
-        want = sum(left.get(a, 0) for a in admissible) + sum(
-            v for a, v in tail_left.items() if a not in admissible)
-        if sum(flags) != want:
-            return None  # the driver's sets and the tally disagree: walk
-        return flags.index(True) if want else len(flags)
+            stops = set(tail).union(*(by.get(a, ()) for a in admissible))
+            flags = list(map(stops.__contains__, self.inner))
+            want = sum(left.get(a, 0) for a in admissible) + sum(
+                v for a, v in tail_left.items() if a not in admissible)
+            if sum(flags) != want:
+                self.left = None  # the driver's sets and the tally disagree: walk, this scan
+                return None
+            self._stops_key, self._stop_at, self._stop_next = key, list(compress(count(), flags)), 0
+            self._taken_at = len(self.taken)
+        at, off = self._stop_at, len(self.taken) - self._taken_at  # taken off the front since
+        i = self._stop_next
+        while i < len(at) and at[i] < off:
+            i += 1
+        self._stop_next = i
+        return at[i] - off if i < len(at) else len(self.inner)
 
     def _run_length(self, closed: set[int] | None, held: set[int] | frozenset[int], first: set[str],
                     deferred: set[Request]) -> int:
@@ -622,6 +636,7 @@ class PassOverQueue(RequestQueue):
 
     def remove_requests(self, requests: Iterable[Request]) -> None:
         requests = list(requests)
+        self._stops_key = None  # `_jump`'s places move
         out = self.aside.intersection(requests)
         if out:
             self.aside -= out

@@ -336,8 +336,8 @@ class PassOverQueue(RequestQueue):
     (> 0) outside `cap_closed` or in `held_for_scan`, not put first, no
     admission pending), its status is plain WAITING or PREEMPTED
     (`_handle_blocked_waiting_request` changes nothing), it holds no KV
-    blocks (the skip would queue it in
-    `waiting`, not `kv_holding_waiting`), and it is already in vLLM's
+    blocks (the skip would queue it in `waiting`, not
+    `kv_holding_waiting`), and it is already in vLLM's
     `deferred_waiting` (the skip's `deferred_waiting.add` is a no-op). When
     vLLM puts its skipped requests back (`prepend_requests`), or after the
     scan (`restore`), the passed-over requests go back too: among them in
@@ -352,8 +352,12 @@ class PassOverQueue(RequestQueue):
     (the driver's `tail`, still at the deque's back) would only be skipped,
     the tail moves to the front (`_tail_first`, O(its length)), vLLM visits
     it, and the scan ends (`__bool__` answers False once) before the
-    prefix; `_fix` then puts the prefix back ahead of the tail. `passed`
-    and `tails_first` (on the owner) count both over the scheduler's life."""
+    prefix; `_fix` then puts the prefix back ahead of the tail. When only a
+    few requests of adapters the scan may still admit stand in the way, the
+    run up to the next of them is read off their places, found once a scan
+    at C speed from the driver's waiting requests per adapter (`_jump`).
+    `passed` and `tails_first` (on the owner) count over the scheduler's
+    life."""
 
     def __init__(self, inner: Any, owner: Any) -> None:
         self.inner = inner

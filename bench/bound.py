@@ -1,25 +1,42 @@
-"""How tight is fair's B? A hill-climbing search for the worst wait / B.
+"""How tight is fair's B? Two searches.
 
-For each stream family (`policy.workloads.FAMILIES`) and each configuration
-variant the bound covers (sync, async, DP throttle, both), start from the
-family's workload and climb: mutate one request (adapter, prompt, output,
-arrival), add or drop one, keep the change when fair's worst wait / B does
-not drop. B is `policy.fair.fair_bound` with Q the run's observed peak. A
-ratio above 1 would break the bound (the search would then have found a
-counterexample, which `tests/test_fair_growth.py` guards against); the
-ratio's size says how loose B is on that family.
+*Worst wait / B on the stream families* (`climb`): for each stream family
+(`policy.workloads.FAMILIES`) and each configuration variant the bound
+covers (sync, async, DP throttle, both), start from the family's workload
+and climb: mutate one request (adapter, prompt, output, arrival), add or
+drop one, keep the change when fair's worst wait / B does not drop. B is
+`policy.fair.fair_bound` with Q the run's observed peak. A ratio above 1
+would break the bound (the search would then have found a counterexample,
+which `tests/test_fair_growth.py` guards against); the ratio's size says
+how loose B is on that family.
+
+*Can any bound be within 4x of a family's worst wait?* (`tightness`, issue
+20 item 4; `lora-sched bench --bound-gap`, and `bench --realistic` for its
+grid). B reads the configuration and a run's figures (`Figures`: Q, Qw,
+P, L; a bound linear in the adapters waiting ahead would also read the
+adapters). So it must hold on every workload with the same configuration
+whose figures are no larger, and a *witness*, such a workload on which
+fair waits long (`witness`), puts a floor under every sound bound that
+reads only those figures and does not shrink as they grow. When the
+witness waits more than 4x the family's worst wait, no such bound is within
+4x there (`Tightness.verdict` "unreachable"); when B is within 4x, "within";
+otherwise "open" (B may be loose, or the witness weak). A witness waiting
+longer than B at its own figures would be a counterexample to B ("broken").
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 from lora_sched.policy.driver import DriverStuck, Workload, run
-from lora_sched.policy.fair import observed_bound
+from lora_sched.policy.fair import fair_bound, observed_bound
 from lora_sched.policy.workloads import FAMILIES
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
+from lora_sched.spec.state import StepRecord, peak_present, peak_waiting
 
 VARIANTS = {
     "sync": {},
@@ -97,6 +114,230 @@ def climb(family: str, variant: str, *, length: int = 40, iterations: int = 300,
 def report(iterations: int = 300) -> list[Climb]:
     return [climb(f, v, iterations=iterations) for f in FAMILIES for v in VARIANTS]
 
+
+# ---- Is "B within 4x of the worst wait" reachable at all? (issue 20, item 4) ----------------
+
+WITHIN = 4  # the goal: B <= 4x the worst wait found
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What a bound of B's kind reads of a run: Q, Qw, the largest prompt P and
+    `max_tokens` L, and the LoRA adapters that send requests (what a bound
+    linear in the adapters waiting ahead would read). The configuration is
+    read too, and a witness keeps it."""
+
+    present: int  # Q: the most requests waiting or running when a step starts
+    waiting: int  # Qw: the most requests waiting when a step starts
+    prompt: int  # P
+    output: int  # L
+    adapters: int  # LoRA adapters (> 0) among the requests
+
+    def exceeded_by(self, other: Figures) -> list[str]:
+        """The figures of `other` above this one's (empty: `other` is within it)."""
+        return [f"{k} {getattr(other, k)} > {getattr(self, k)}" for k in self.__dataclass_fields__
+                if getattr(other, k) > getattr(self, k)]
+
+
+def figures_of(reqs: list[Request] | tuple[Request, ...], records: list[StepRecord]) -> Figures:
+    return Figures(peak_present(records), peak_waiting(records), max(r.prompt_tokens for r in reqs),
+                   max(r.max_tokens for r in reqs), len({r.adapter for r in reqs if r.adapter > 0}))
+
+
+def _fair_run(cfg: Config, reqs: list[Request]) -> tuple[int, Figures] | None:
+    """fair's worst wait on `reqs` and the run's figures (None: the run cannot complete)."""
+    try:
+        result = run(replace(cfg, policy="fair"), Workload(reqs), max_steps=400_000)
+    except (DriverStuck, ValueError):
+        return None
+    waits = result.waits()
+    return (max(waits.values()) if waits else 0), figures_of(reqs, result.records)
+
+
+def witness_candidates(cfg: Config, fig: Figures) -> Iterator[list[Request]]:
+    """Workloads built to wait long within `fig`: the LoRA slots taken by
+    L-output requests of `max_loras` adapters, arriving at most Qw a step
+    so that each is in at once (or no such lead), then as many requests as
+    `fig` lets wait, each of the next adapter in turn, every one with L
+    outputs and a 1-token or a P-token prompt. With A adapters and m slots,
+    adapters take the slots about A / m times in a row, each time for about
+    L steps, whatever the rule: only the order in which the waiting ones get
+    a slot is the rule's."""
+    lora = fig.adapters > 0
+    per_step = max(1, fig.waiting)
+    for lead in ((min(cfg.max_loras, fig.adapters, cfg.max_num_seqs) if lora else 0), 0):
+        k = min(fig.waiting, fig.present - lead)
+        if k < 1:
+            continue
+        after = 1 + -(-lead // per_step)  # the step after the lead's last arrival
+        for prompt in (1, fig.prompt):
+            first = [Request(f"s{i}", i + 1, 1, fig.output, 1 + i // per_step) for i in range(lead)]
+            rest = [Request(f"w{i}", (lead + i) % fig.adapters + 1 if lora else 0, prompt, fig.output,
+                            after if lead else 1) for i in range(k)]
+            yield first + rest
+
+
+def _mutate_within(rng: random.Random, reqs: list[Request], fig: Figures, fresh: int) -> list[Request]:
+    out = list(reqs)
+    top = max(1, fig.adapters)
+    op = rng.random()
+    if op < 0.1 and len(out) > 1:
+        out.pop(rng.randrange(len(out)))
+    elif op < 0.2:
+        base = rng.choice(out)
+        out.append(replace(base, id=f"x{fresh}", adapter=rng.randint(1, top) if fig.adapters else 0))
+    else:
+        i = rng.randrange(len(out))
+        r = out[i]
+        what = rng.choice(["adapter", "prompt_tokens", "max_tokens", "arrival"])
+        if what == "adapter" and fig.adapters:
+            r = replace(r, adapter=rng.randint(1, top))
+        elif what == "prompt_tokens":
+            r = replace(r, prompt_tokens=rng.randint(1, fig.prompt))
+        elif what == "max_tokens":
+            r = replace(r, max_tokens=rng.randint(1, fig.output))
+        else:
+            r = replace(r, arrival=max(1, r.arrival + rng.randint(-3, 3)))
+        out[i] = r
+    return out
+
+
+@dataclass
+class Witness:
+    """The longest fair wait found on a workload within a run's figures."""
+
+    wait: int
+    figures: Figures
+    requests: list[Request]
+
+
+def witness(cfg: Config, fig: Figures, *, climb_iters: int = 0, seed: int = 0) -> Witness | None:
+    """The best of `witness_candidates` that stays within `fig`, then (with
+    `climb_iters`) hill-climbed on fair's worst wait, every step kept within
+    `fig` (a mutation that exceeds a figure is thrown away)."""
+    best: Witness | None = None
+    for cand in witness_candidates(cfg, fig):
+        got = _fair_run(cfg, cand)
+        if got is not None and not fig.exceeded_by(got[1]) and (best is None or got[0] > best.wait):
+            best = Witness(got[0], got[1], cand)
+    rng = random.Random(seed)
+    for i in range(climb_iters if best is not None else 0):
+        cand = _mutate_within(rng, best.requests, fig, i)
+        got = _fair_run(cfg, cand)
+        if got is not None and not fig.exceeded_by(got[1]) and got[0] >= best.wait:
+            best = Witness(got[0], got[1], cand)
+    return best
+
+
+@dataclass
+class Tightness:
+    """One family's worst wait against B and against a witness within its figures.
+
+    Verdicts: `within` (B <= 4x the worst wait); `unreachable` (a workload
+    within the family's figures, on its configuration, makes fair wait more
+    than 4x the family's worst wait, so every sound bound that reads only
+    these figures and grows with them is above 4x that worst wait, B
+    included); `open` (neither: B is more than 4x the worst wait and no
+    witness shows that this must be so). `broken` would be a witness that
+    waits longer than B: a counterexample to the bound."""
+
+    family: str
+    worst: int
+    bound: int
+    figures: Figures
+    witness_wait: int
+    witness_bound: int  # B at the witness's own figures (it must hold there)
+
+    @property
+    def verdict(self) -> str:
+        if self.witness_wait > self.witness_bound:
+            return "broken"
+        if self.bound <= WITHIN * self.worst:
+            return "within"
+        return "unreachable" if self.witness_wait > WITHIN * self.worst else "open"
+
+
+def tightness(family: str, cfg: Config, reqs: list[Request], *, climb_iters: int = 0, seed: int = 0) -> Tightness:
+    """`Tightness` of fair (at `cfg`'s S) on `reqs` (fair is run here)."""
+    got = _fair_run(cfg, list(reqs))
+    if got is None:
+        raise ValueError(f"{family}: fair's run does not complete")
+    return judge(family, cfg, got[1], got[0], climb_iters=climb_iters, seed=seed)
+
+
+def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: int = 0, seed: int = 0) -> Tightness:
+    """`Tightness` from a run's figures and fair's worst wait there."""
+    fair_cfg = replace(cfg, policy="fair")
+    b = fair_bound(fair_cfg, queue=fig.present, waiting=fig.waiting, max_prompt=fig.prompt, max_output=fig.output)
+    w = witness(fair_cfg, fig, climb_iters=climb_iters, seed=seed)
+    if w is None:
+        return Tightness(family, worst, b, fig, 0, 0)
+    wf = w.figures
+    wb = fair_bound(fair_cfg, queue=wf.present, waiting=wf.waiting, max_prompt=wf.prompt, max_output=wf.output)
+    return Tightness(family, worst, b, fig, w.wait, wb)
+
+
+def print_tightness(rows: list[Tightness], title: str, noun: str = "families") -> dict[str, int]:
+    """One line per family, then how many of each verdict."""
+    print(f"== {title}: fair's B against its worst wait, and a witness within the same figures ==")
+    print(f"{'family':46}{'worst':>7}{'B':>9}{'B/worst':>9}{'witness':>9}{'/worst':>8}{'B there':>9}  verdict")
+    counts: dict[str, int] = {}
+    for t in rows:
+        counts[t.verdict] = counts.get(t.verdict, 0) + 1
+        print(f"{t.family:46}{t.worst:>7}{t.bound:>9}{t.bound / max(1, t.worst):>9.1f}{t.witness_wait:>9}"
+              f"{t.witness_wait / max(1, t.worst):>8.1f}{t.witness_bound:>9}  {t.verdict}", flush=True)
+    print(f"{len(rows)} {noun}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+          + f" (within: B <= {WITHIN}x the worst wait; unreachable: the witness waits > {WITHIN}x it, so no "
+          "bound in these figures is within 4x; open: neither; broken: the witness beats B)")
+    return counts
+
+
+def tightness_dict(t: Tightness) -> dict:
+    return {"family": t.family, "worst": t.worst, "bound": t.bound, "figures": asdict(t.figures),
+            "witness_wait": t.witness_wait, "witness_bound": t.witness_bound, "verdict": t.verdict}
+
+
+def tightness_of(d: dict) -> Tightness:
+    """The inverse of `tightness_dict` (the verdict is recomputed)."""
+    return Tightness(d["family"], d["worst"], d["bound"], Figures(**d["figures"]), d["witness_wait"],
+                     d["witness_bound"])
+
+
+def _family_job(args: tuple[str, Config, list[Request], int]) -> Tightness:
+    name, cfg, reqs, iters = args
+    return tightness(name, replace(cfg, policy="fair"), reqs, climb_iters=iters, seed=len(name))
+
+
+def family_gap(directory: Path | None = None, *, climb_iters: int = 250, processes: int = 2) -> list[Tightness]:
+    """`Tightness` on every family of `bench.families` that B applies to (one
+    priority), each witness hill-climbed `climb_iters` steps."""
+    import multiprocessing
+
+    from lora_sched.bench.families import FAMILY_DIR, all_families
+    from lora_sched.policy.fair import bound_applies
+
+    fams = all_families(directory or FAMILY_DIR)
+    jobs = [(n, cfg, reqs, climb_iters) for n, (cfg, reqs) in sorted(fams.items())
+            if bound_applies(cfg, (r.priority for r in reqs)) is None]
+    with multiprocessing.get_context("fork").Pool(processes) as pool:
+        return sorted(pool.map(_family_job, jobs), key=lambda t: t.family)
+
+
+def main_gap(out: Path, *, climb_iters: int = 250) -> int:
+    """`lora-sched bench --bound-gap`: `family_gap` printed and written to JSON."""
+    import json
+    import time
+
+    t0 = time.perf_counter()
+    rows = family_gap(climb_iters=climb_iters)
+    counts = print_tightness(rows, f"adversarial and coded families (witness climbed {climb_iters} steps)")
+    doc = {"climb_iters": climb_iters, "counts": counts, "rows": [tightness_dict(t) for t in rows]}
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "bound-gap.json"
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {path}")
+    print(f"bound gap done in {time.perf_counter() - t0:.0f} s")
+    return 1 if counts.get("broken") else 0
 
 if __name__ == "__main__":
     print(f"{'family':28}{'variant':16}{'start':>8}{'found':>8}{'wait':>7}{'B':>7}{'B/wait':>8}")

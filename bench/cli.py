@@ -30,6 +30,7 @@ from lora_sched.bench.adversarial import (
     search,
     widened,
 )
+from lora_sched.bench.bound import main_gap
 from lora_sched.bench.families import FAMILY_DIR, FamilyError, all_families
 from lora_sched.bench.frontier import frontier, print_table
 from lora_sched.bench.live import LIVE_INPUT_MEAN, LIVE_OUTPUT, LIVE_PROMPTS, LIVE_STARVATION_STEPS, main_live
@@ -82,6 +83,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--realistic", action="store_true",
                         help="the realistic multi-tenant grid (Zipf adapters, Poisson / on-off arrivals, lognormal "
                              "lengths; bench.realistic): table, goals on design and held-out sets, plots")
+    parser.add_argument("--bound-gap", action="store_true",
+                        help="fair's B against the worst wait of every family it applies to, and a workload within "
+                             "the same figures (Q, Qw, P, L, adapters) that waits longer: is 'B within 4x' "
+                             "reachable by any bound in those figures? (bench.bound; --iters climbing steps)")
     parser.add_argument("--vllm", choices=list(releases.RELEASES), default=releases.NEWEST,
                         help=f"the vLLM release every simulated run follows (default {releases.NEWEST}; "
                              "spec/releases.py)")
@@ -189,6 +194,8 @@ def _main(args: argparse.Namespace) -> int:
         return main_optimum(args, out)
     if args.online:
         return online_report(out)
+    if args.bound_gap:
+        return main_gap(out, climb_iters=args.iters)
     if args.realistic:
         return realistic_report(out, large=args.large, plots=not args.no_plots)
     if args.adversarial or args.frontier:

@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from lora_sched.bench.bound import Figures, figures_of, judge, print_tightness, tightness_dict, tightness_of
 from lora_sched.bench.popularity import tail_head_ratio
 from lora_sched.bench.simulate import simulate_policy
 from lora_sched.bench.tailhead import report as conflicts
@@ -223,11 +224,22 @@ def measure(spec: Spec, point: tuple[str, int | None]) -> dict:
             "tail_head": tail_head(waits, adapter_of, spec),
             "adapter_p99": {str(a): float(np.percentile(ws, 99)) for a, ws in sorted(per.items())},
             "bound": observed_bound(cfg, reqs, run.result.records) if policy == "fair" else None,
+            "figures": asdict(figures_of(reqs, run.result.records)) if policy == "fair" else None,
             "sim_s": run.sim_seconds}
 
 
 def _job(args: tuple[Spec, tuple[str, int | None]]) -> dict:
     return measure(*args)
+
+
+def _witness_job(args: tuple[Spec, dict]) -> dict:
+    """`bench.bound.witness` within the figures of fair's run at the default
+    knob: is B within 4x of that run's worst wait reachable by any bound in
+    those figures?"""
+    spec, row = args
+    cfg = spec.config(starvation_steps=DEFAULT_FAIR[1])
+    t = judge(spec.name, cfg, Figures(**row["figures"]), row["max"])
+    return tightness_dict(t)
 
 
 def run_grid(specs: list[Spec], points: tuple[tuple[str, int | None], ...] = POINTS, *, processes: int = 2,
@@ -307,6 +319,7 @@ def report(out: Path, *, large: bool = False, requests: int | None = None, plots
     goals (design set, held-out set, all), then the small instances on which
     no schedule meets the goals together (`bench.tailhead`); write JSON and plots."""
     import json
+    import multiprocessing
     import time
 
     specs = grid(large=large, requests=requests)
@@ -324,10 +337,16 @@ def report(out: Path, *, large: bool = False, requests: int | None = None, plots
             doc["goals"][name].append({"goal": goal, "met": met, "figures": figures})
     fair_rows = [r for r in rows if r["point"] == label(DEFAULT_FAIR)]
     ratios = [r["max"] / r["bound"] for r in fair_rows]
-    doc["bound"] = {r["workload"]: {"bound": r["bound"], "max_wait": r["max"]} for r in fair_rows}
     print(f"\nfair's bound B (observed peaks Q, Qw) at {label(DEFAULT_FAIR)}: worst wait / B "
           f"{min(ratios):.4f} to {max(ratios):.4f}; within 4x (>= 0.25) on "
           f"{sum(x >= 0.25 for x in ratios)} of {len(ratios)} workloads")
+    print("witnesses (bench.bound): on each workload's configuration, a workload within its figures "
+          "(Q, Qw, P, L, adapters) that makes fair wait longer", flush=True)
+    by_name = {s.name: s for s in specs}
+    with multiprocessing.get_context("fork").Pool(processes) as pool:
+        gaps = pool.map(_witness_job, [(by_name[r["workload"]], r) for r in fair_rows])
+    doc["bound"] = {g["family"]: g for g in gaps}
+    print_tightness([tightness_of(g) for g in gaps], f"realistic grid, {label(DEFAULT_FAIR)}", "workloads")
     print("\nwhere no rule can meet the goals together: the best schedule of a small instance "
           "(bench.tailhead, exhaustive search):")
 

@@ -103,7 +103,8 @@ without limit, which is what priorities ask for), and no running request is
 left unscheduled for a reason outside the model (pipeline parallelism,
 encoder budget). Synchronous or async scheduling, KV that can run out and DP
 throttling are covered. `bench --realistic` and the adversarial families
-report the worst wait / B found.
+report the worst wait / B found, and beside it the wait of a witness within
+the same figures (`bench.bound`: how far any bound in them can come down).
 """
 
 from __future__ import annotations

@@ -31,8 +31,9 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from lora_sched.bench.families import FAMILY_DIR, all_families
 from lora_sched.policy.driver import DriverStuck, Workload, run
-from lora_sched.policy.fair import fair_bound, observed_bound
+from lora_sched.policy.fair import bound_applies, fair_bound, observed_bound
 from lora_sched.policy.workloads import FAMILIES
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
@@ -312,9 +313,6 @@ def family_gap(directory: Path | None = None, *, climb_iters: int = 250, process
     """`Tightness` on every family of `bench.families` that B applies to (one
     priority), each witness hill-climbed `climb_iters` steps."""
     import multiprocessing
-
-    from lora_sched.bench.families import FAMILY_DIR, all_families
-    from lora_sched.policy.fair import bound_applies
 
     fams = all_families(directory or FAMILY_DIR)
     jobs = [(n, cfg, reqs, climb_iters) for n, (cfg, reqs) in sorted(fams.items())

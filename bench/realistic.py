@@ -33,7 +33,9 @@ Measures (per policy, per workload; `measure`):
   light load where the head waits 0;
 - per-adapter p99 wait, by popularity rank;
 - for fair, its bound B (`policy.fair.observed_bound`: the run's peak Q and
-  Qw), reported as worst wait / B.
+  Qw), reported as worst wait / B, with the run's figures (`bench.bound.Figures`)
+  and, in `report`, a witness within them (`bench.bound.judge`): whether any
+  bound in those figures can be within 4x of the worst wait.
 """
 
 from __future__ import annotations
@@ -316,8 +318,9 @@ def table(rows: list[dict]) -> str:
 def report(out: Path, *, large: bool = False, requests: int | None = None, plots: bool = True,
            processes: int = 2, results: Path | None = None) -> int:
     """`lora-sched bench --realistic`: run the grid, print the table and the
-    goals (design set, held-out set, all), then the small instances on which
-    no schedule meets the goals together (`bench.tailhead`); write JSON and plots."""
+    goals (design set, held-out set, all), fair's B against a witness per
+    workload (`bench.bound`), then the small instances on which no schedule
+    meets the goals together (`bench.tailhead`); write JSON and plots."""
     import json
     import multiprocessing
     import time

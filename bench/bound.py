@@ -22,18 +22,29 @@ witness waits more than 4x the family's worst wait, no such bound is within
 4x there (`Tightness.verdict` "unreachable"); when B is within 4x, "within";
 otherwise "open" (B may be loose, or the witness weak). A witness waiting
 longer than B at its own figures would be a counterexample to B ("broken").
+Where fair is run here (`tightness`), the longest guard (r* chosen to
+admitted) is reported against G, the allowance of the lemma
+`star_admitted_within_G`: where B's slack is.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from lora_sched.bench.families import FAMILY_DIR, all_families
 from lora_sched.policy.driver import DriverStuck, Workload, run
-from lora_sched.policy.fair import bound_applies, fair_bound, observed_bound
+from lora_sched.policy.fair import (
+    FairGate,
+    FairGuard,
+    bound_applies,
+    drain_steps,
+    fair_bound,
+    guard_steps,
+    observed_bound,
+)
 from lora_sched.policy.workloads import FAMILIES
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
@@ -84,12 +95,12 @@ def _mutate(rng: random.Random, reqs: list[Request], adapters: int, fresh: int) 
     else:
         i = rng.randrange(len(out))
         r = out[i]
-        field = rng.choice(["adapter", "prompt_tokens", "max_tokens", "arrival"])
-        if field == "adapter":
+        what = rng.choice(["adapter", "prompt_tokens", "max_tokens", "arrival"])
+        if what == "adapter":
             r = replace(r, adapter=rng.randint(0, adapters))
-        elif field == "prompt_tokens":
+        elif what == "prompt_tokens":
             r = replace(r, prompt_tokens=max(1, r.prompt_tokens + rng.randint(-3, 3)))
-        elif field == "max_tokens":
+        elif what == "max_tokens":
             r = replace(r, max_tokens=max(1, r.max_tokens + rng.randint(-3, 3)))
         else:
             r = replace(r, arrival=max(1, r.arrival + rng.randint(-4, 4)))
@@ -145,14 +156,34 @@ def figures_of(reqs: list[Request] | tuple[Request, ...], records: list[StepReco
                    max(r.max_tokens for r in reqs), len({r.adapter for r in reqs if r.adapter > 0}))
 
 
-def _fair_run(cfg: Config, reqs: list[Request]) -> tuple[int, Figures] | None:
-    """fair's worst wait on `reqs` and the run's figures (None: the run cannot complete)."""
+@dataclass
+class _TimedGuard(FairGuard):
+    """fair's guard, noting for each r* the steps from its choice to its admission."""
+
+    times: list[int] = field(default_factory=list)
+
+    def admitted(self, rid: str) -> None:
+        if rid == self.star:
+            self.times.append(self.step - self.chosen_at)
+        super().admitted(rid)
+
+
+class _TimedGate(FairGate):
+    guard_class = _TimedGuard
+
+
+def _fair_run(cfg: Config, reqs: list[Request]) -> tuple[int, Figures, int] | None:
+    """fair's worst wait on `reqs`, the run's figures and its longest guard (the
+    most steps any r* took from its choice to its admission; 0 with none);
+    None when the run cannot complete."""
+    gate = _TimedGate()
     try:
-        result = run(replace(cfg, policy="fair"), Workload(reqs), max_steps=400_000)
+        result = run(replace(cfg, policy="fair"), Workload(reqs), max_steps=400_000, gate=gate)
     except (DriverStuck, ValueError):
         return None
     waits = result.waits()
-    return (max(waits.values()) if waits else 0), figures_of(reqs, result.records)
+    times = gate.guard.times if isinstance(gate.guard, _TimedGuard) else []
+    return (max(waits.values()) if waits else 0), figures_of(reqs, result.records), max(times, default=0)
 
 
 def witness_candidates(cfg: Config, fig: Figures) -> Iterator[list[Request]]:
@@ -248,6 +279,8 @@ class Tightness:
     figures: Figures
     witness_wait: int
     witness_bound: int  # B at the witness's own figures (it must hold there)
+    guard: int | None = None  # the family run's longest guard (r* chosen -> admitted), when measured
+    guard_bound: int | None = None  # G, what `star_admitted_within_G` allows a guard
 
     @property
     def verdict(self) -> str:
@@ -259,11 +292,15 @@ class Tightness:
 
 
 def tightness(family: str, cfg: Config, reqs: list[Request], *, climb_iters: int = 0, seed: int = 0) -> Tightness:
-    """`Tightness` of fair (at `cfg`'s S) on `reqs` (fair is run here)."""
+    """`Tightness` of fair (at `cfg`'s S) on `reqs` (fair is run here, so its
+    longest guard is measured too)."""
     got = _fair_run(cfg, list(reqs))
     if got is None:
         raise ValueError(f"{family}: fair's run does not complete")
-    return judge(family, cfg, got[1], got[0], climb_iters=climb_iters, seed=seed)
+    worst, fig, longest = got
+    t = judge(family, cfg, fig, worst, climb_iters=climb_iters, seed=seed)
+    d = drain_steps(replace(cfg, policy="fair"), max_prompt=fig.prompt, max_output=fig.output, queue=fig.present)
+    return replace(t, guard=longest, guard_bound=guard_steps(d, fig.output))
 
 
 def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: int = 0, seed: int = 0) -> Tightness:
@@ -281,27 +318,35 @@ def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: in
 def print_tightness(rows: list[Tightness], title: str, noun: str = "families") -> dict[str, int]:
     """One line per family, then how many of each verdict."""
     print(f"== {title}: fair's B against its worst wait, and a witness within the same figures ==")
-    print(f"{'family':46}{'worst':>7}{'B':>9}{'B/worst':>9}{'witness':>9}{'/worst':>8}{'B there':>9}  verdict")
+    print(f"{'family':46}{'worst':>7}{'B':>9}{'B/worst':>9}{'witness':>9}{'/worst':>8}{'B there':>9}"
+          f"{'guard/G':>9}  verdict")
     counts: dict[str, int] = {}
     for t in rows:
         counts[t.verdict] = counts.get(t.verdict, 0) + 1
         print(f"{t.family:46}{t.worst:>7}{t.bound:>9}{t.bound / max(1, t.worst):>9.1f}{t.witness_wait:>9}"
-              f"{t.witness_wait / max(1, t.worst):>8.1f}{t.witness_bound:>9}  {t.verdict}", flush=True)
+              f"{t.witness_wait / max(1, t.worst):>8.1f}{t.witness_bound:>9}{_guard_share(t):>9}  {t.verdict}",
+              flush=True)
     print(f"{len(rows)} {noun}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
           + f" (within: B <= {WITHIN}x the worst wait; unreachable: the witness waits > {WITHIN}x it, so no "
           "bound in these figures is within 4x; open: neither; broken: the witness beats B)")
     return counts
 
 
+def _guard_share(t: Tightness) -> str:
+    """The longest guard over G (how much of `star_admitted_within_G`'s allowance a guard used)."""
+    return "-" if t.guard is None or not t.guard_bound else f"{t.guard / t.guard_bound:.3f}"
+
+
 def tightness_dict(t: Tightness) -> dict:
     return {"family": t.family, "worst": t.worst, "bound": t.bound, "figures": asdict(t.figures),
-            "witness_wait": t.witness_wait, "witness_bound": t.witness_bound, "verdict": t.verdict}
+            "witness_wait": t.witness_wait, "witness_bound": t.witness_bound, "guard": t.guard,
+            "guard_bound": t.guard_bound, "verdict": t.verdict}
 
 
 def tightness_of(d: dict) -> Tightness:
     """The inverse of `tightness_dict` (the verdict is recomputed)."""
     return Tightness(d["family"], d["worst"], d["bound"], Figures(**d["figures"]), d["witness_wait"],
-                     d["witness_bound"])
+                     d["witness_bound"], d.get("guard"), d.get("guard_bound"))
 
 
 def _family_job(args: tuple[str, Config, list[Request], int]) -> Tightness:

@@ -57,11 +57,13 @@ def test_a_realistic_workload_cannot_have_a_bound_within_4x_in_its_figures() -> 
                                   "adv-fairv8-async-bound"])
 def test_climbed_witnesses_do_not_break_b(name: str) -> None:
     """The witness search, climbing fair's worst wait within a bound family's
-    figures, is an attack on B: it must not find a wait above B there."""
+    figures, is an attack on B: it must not find a wait above B there. The
+    family's longest guard (r* chosen to admitted) is within G as well."""
     _, cfg, reqs, _ = load(FAMILY_DIR / f"{name}.json")
     t = gap.tightness(name, cfg, reqs, climb_iters=60)
     assert t.verdict != "broken", t
     assert 0 < t.witness_wait <= t.witness_bound
+    assert t.guard is not None and t.guard_bound is not None and 0 < t.guard <= t.guard_bound, t
 
 
 def test_planted_figure_check_that_lets_a_witness_through_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -43,7 +43,6 @@ from lora_sched.policy.fair import (
     drain_steps,
     fair_bound,
     guard_steps,
-    observed_bound,
 )
 from lora_sched.policy.workloads import FAMILIES
 from lora_sched.spec.config import Config
@@ -71,15 +70,11 @@ class Climb:
 
 def score(cfg: Config, reqs: list[Request]) -> tuple[float, int, int]:
     """fair's worst wait / B on `reqs` (0 when the run cannot complete)."""
-    try:
-        result = run(replace(cfg, policy="fair"), Workload(reqs), max_steps=20_000)
-    except (DriverStuck, ValueError):
+    got = _fair_run(cfg, reqs, max_steps=20_000)
+    if got is None:
         return 0.0, 0, 0
-    waits = result.waits()
-    if not waits:
-        return 0.0, 0, 0
-    worst = max(waits.values())
-    bound = observed_bound(result.config, reqs, result.records)
+    worst, fig, _ = got
+    bound = bound_at(cfg, fig)
     return worst / bound, worst, bound
 
 
@@ -172,13 +167,19 @@ class _TimedGate(FairGate):
     guard_class = _TimedGuard
 
 
-def _fair_run(cfg: Config, reqs: list[Request]) -> tuple[int, Figures, int] | None:
+def bound_at(cfg: Config, fig: Figures) -> int:
+    """B (`policy.fair.fair_bound`) for `cfg` at a run's figures."""
+    return fair_bound(replace(cfg, policy="fair"), queue=fig.present, waiting=fig.waiting, max_prompt=fig.prompt,
+                      max_output=fig.output)
+
+
+def _fair_run(cfg: Config, reqs: list[Request], *, max_steps: int = 400_000) -> tuple[int, Figures, int] | None:
     """fair's worst wait on `reqs`, the run's figures and its longest guard (the
     most steps any r* took from its choice to its admission; 0 with none);
     None when the run cannot complete."""
     gate = _TimedGate()
     try:
-        result = run(replace(cfg, policy="fair"), Workload(reqs), max_steps=400_000, gate=gate)
+        result = run(replace(cfg, policy="fair"), Workload(reqs), max_steps=max_steps, gate=gate)
     except (DriverStuck, ValueError):
         return None
     waits = result.waits()
@@ -306,13 +307,10 @@ def tightness(family: str, cfg: Config, reqs: list[Request], *, climb_iters: int
 def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: int = 0, seed: int = 0) -> Tightness:
     """`Tightness` from a run's figures and fair's worst wait there."""
     fair_cfg = replace(cfg, policy="fair")
-    b = fair_bound(fair_cfg, queue=fig.present, waiting=fig.waiting, max_prompt=fig.prompt, max_output=fig.output)
     w = witness(fair_cfg, fig, climb_iters=climb_iters, seed=seed)
     if w is None:
-        return Tightness(family, worst, b, fig, 0, 0)
-    wf = w.figures
-    wb = fair_bound(fair_cfg, queue=wf.present, waiting=wf.waiting, max_prompt=wf.prompt, max_output=wf.output)
-    return Tightness(family, worst, b, fig, w.wait, wb)
+        return Tightness(family, worst, bound_at(cfg, fig), fig, 0, 0)
+    return Tightness(family, worst, bound_at(cfg, fig), fig, w.wait, bound_at(cfg, w.figures))
 
 
 def print_tightness(rows: list[Tightness], title: str, noun: str = "families") -> dict[str, int]:

@@ -23,15 +23,19 @@ Marked `vllm`: vLLM is imported inside the tests only.
 from __future__ import annotations
 
 import random
+import traceback
 from dataclasses import replace
 
 import pytest
 from lora_sched.bench.families import all_families, coded_families
+from lora_sched.conformance.crash import first_cap_break
 from lora_sched.policy import claims
 from lora_sched.policy.check import check_trace
 from lora_sched.policy.driver import Workload
+from lora_sched.policy.replay import replay
 from lora_sched.policy.scenarios import SCENARIOS
 from lora_sched.policy.workloads import starvation_stream
+from lora_sched.spec.trace import read_trace
 
 pytestmark = pytest.mark.vllm
 
@@ -49,15 +53,47 @@ def _conform(cfg, wl, tmp_path, policy, **kw):
     return conform(cfg, wl, tmp_path / "t.jsonl", policy=policy, **kw)
 
 
-def _check(cfg, wl, tmp_path, policy):
-    """vLLM's trace replays through the reference and keeps every property the gate claims."""
-    out = _conform(replace(cfg, policy=policy), wl, tmp_path, policy)
+def _check(cfg, wl, tmp_path, policy, *, crash_ok=False):
+    """vLLM's trace replays through the reference and keeps every property the
+    gate claims. With `crash_ok`, vLLM may instead die on its own max_loras
+    assert, but only where the reference predicts it (`_predicted_crash`);
+    then (None, None)."""
+    try:
+        out = _conform(replace(cfg, policy=policy), wl, tmp_path, policy)
+    except AssertionError as exc:
+        if not crash_ok:
+            raise
+        _predicted_crash(exc, replace(cfg, policy=policy), wl, tmp_path / "t.jsonl")
+        return None, None
     assert out.replay.ok, f"{cfg}\n{out.replay.describe()}"
     report = check_trace(str(out.trace))
     broken = {p: str(v) for p, v in report.first.items() if p in claims(policy, report.trace.config)}
     assert not broken, f"{cfg}\n{broken}"
     assert out.replay.matched > 0
     return out, report
+
+
+def _predicted_crash(exc, cfg, wl, path):
+    """vLLM died in its own `schedule()` (the max_loras assert) on a gate that
+    keeps vLLM's cap and does not claim `batch_lora_cap` on the installed
+    release (vLLM 0.32 under the DP throttle, `policy.claims`): the reference
+    run's first batch over the cap is the step vLLM was scheduling, and the
+    partial trace replays step for step up to it."""
+    from lora_sched.recorder import installed_release  # imports vLLM
+
+    where = traceback.extract_tb(exc.__traceback__)[-1].filename
+    assert "vllm/v1/core/sched/scheduler.py" in where, f"not vLLM's scheduler: {where}\n{exc!r}"
+    release = replace(cfg, vllm=installed_release())
+    assert "batch_lora_cap" not in claims(cfg.policy, release), f"{cfg.policy} claims batch_lora_cap: {release}"
+    hit = first_cap_break(release, wl)
+    trace = read_trace(path, allow_truncated_tail=True)
+    steps = trace.steps()
+    # A step's line is written when its output is processed; under async
+    # scheduling that comes after the next step is scheduled.
+    last = hit[0] - (2 if cfg.async_scheduling else 1) if hit is not None else None
+    assert steps and steps[-1].step == last, (hit, steps[-1].step if steps else None)
+    result = replay(trace, cfg.policy)
+    assert result.ok and result.matched == len(steps), result.describe()
 
 
 def _vllm_accepts(cfg) -> bool:
@@ -92,7 +128,10 @@ def test_field_gate_scenarios(tmp_path, policy):
 def test_field_gate_families(tmp_path, policy):
     """Every family vLLM accepts: the seed shape, the tuning set, the starvation
     stream, issue 11's max_loras-1 family and the adversarial families (the
-    small ones also under async scheduling)."""
+    small ones also under async scheduling). A family may crash vLLM 0.32's
+    max_loras assert where the gate keeps vLLM's cap and the reference
+    predicts it (`_predicted_crash`: `adv-fairv9-throttle-wait` under async
+    for the drainer on 0.32; never on 0.33, where every gate claims both caps)."""
     coded = set(coded_families())
     ran = []
     for name, (cfg, reqs) in all_families().items():
@@ -100,9 +139,9 @@ def test_field_gate_families(tmp_path, policy):
             continue
         if policy == "vtc" and name in coded and len(reqs) >= 500 and name != VTC_SEED_ONLY:
             continue
-        _check(cfg, Workload(reqs), tmp_path, policy)
+        _check(cfg, Workload(reqs), tmp_path, policy, crash_ok=True)
         if len(reqs) < 100:
-            _check(replace(cfg, async_scheduling=True), Workload(reqs), tmp_path, policy)
+            _check(replace(cfg, async_scheduling=True), Workload(reqs), tmp_path, policy, crash_ok=True)
         ran.append(name)
     assert VTC_SEED_ONLY in ran and "known max_loras 1 (issue 11)" in ran
     assert sum(name.startswith("adv-") for name in ran) >= 10, ran

@@ -301,7 +301,7 @@ def tightness(family: str, cfg: Config, reqs: list[Request], *, climb_iters: int
     worst, fig, longest = got
     t = judge(family, cfg, fig, worst, climb_iters=climb_iters, seed=seed)
     d = drain_steps(replace(cfg, policy="fair"), max_prompt=fig.prompt, max_output=fig.output, queue=fig.present)
-    return replace(t, guard=longest, guard_bound=guard_steps(d, fig.output))
+    return replace(t, guard=longest, guard_bound=guard_steps(d, fig.output, cfg.starvation_steps))
 
 
 def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: int = 0, seed: int = 0) -> Tightness:

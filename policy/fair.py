@@ -25,14 +25,15 @@ vLLM's `assert len(scheduled_loras) <= max_loras` cannot fire.
 2. **One victim drains.** If the cap blocks r* and no victim holds a slot,
    the adapter holding a slot whose longest-running request has the fewest
    outputs left becomes the victim (then fewest waiting requests, then
-   smallest id), with the *deadline* step + those outputs left: the step by
-   which its slot frees if nothing of it joins. Until r* is admitted the
-   victim's waiting requests are held; every other adapter keeps flowing.
+   smallest id), with the *deadline* step + those outputs left + S: the
+   step by which its slot frees if nothing of it joins, plus S. Until r* is
+   admitted the victim's waiting requests are held; every other adapter
+   keeps flowing.
 3. **What ends by the deadline is not held.** A waiting request of the
    victim whose outputs left fit before the deadline (step + outputs left
-   <= deadline) is let in: the slot is taken until then anyway. Within a
-   scan, once one of the victim's requests is held, its later ones are
-   held too, so FIFO within the adapter holds.
+   <= deadline) is let in. Within a scan, once one of the victim's
+   requests is held, its later ones are held too, so FIFO within the
+   adapter holds.
 
 Why these and no constant. r* first is what bounds a wait: each request
 that is older when it starves goes first, and a request becomes r* only
@@ -46,14 +47,21 @@ put first, is also the time a new slot holder serves before it can be made
 a victim. The victim is the slot that frees
 soonest, since r* waits exactly that long for it; a slot whose holder keeps
 receiving requests never frees, which is `vllm`'s starvation, so holding
-the victim is what frees it. A request that ends by the deadline costs r*
-nothing (one output a step, the slot is held that long anyway) and keeps
-the victim's seats busy while it drains. S trades wait for throughput: a
-request that waited fewer than S steps is never put first and never causes
-a hold, and a slot holder switched in for r* is not a victim for S steps
-(S = 0: the oldest waiting request is always first, which makes the scan
-FCFS among requests the cap would block).
-The rule's history (v1-v7 and what each added or dropped) is in
+the victim is what frees it. A request that ends by the slot's own freeing
+costs r* nothing (one output a step, the slot is held that long anyway),
+and one that ends within S steps after it costs r* at most S: the wait the
+knob already lets every request have before it is put first. A request
+held instead runs after r*, when its adapter gets a slot again: a switch
+back, often for that request alone, with the victim's seats empty in
+between (v8, whose deadline had no S, ran at 0.73-0.78 of vllm's
+throughput on nine max_loras 1-3 bursts that way). S trades wait for
+throughput: a request that waited fewer than S steps is never put first
+and never causes a hold, a slot holder switched in for r* is not a victim
+for S steps, and a victim keeps its slot at most S steps past its own
+freeing (S = 0: the oldest waiting request is always first, which makes
+the scan FCFS among requests the cap would block, and the victim drains
+exactly).
+The rule's history (v1-v8 and what each added or dropped) is in
 `docs/fair-history.md`.
 
 Bound. Let P be the largest prompt, L the largest `max_tokens`,
@@ -75,15 +83,17 @@ late. Lemmas, each a monitor in `tests/test_state_machines.py`:
 
 - `star_first`: from the step r* is chosen, nobody is admitted before r*
   in a scan (r* is visited first; a capacity stop at r* ends the scan).
-- `victim_drains` (G1 = L + D): a victim chosen at step t1 holds no slot
-  after t1 + L + D: its running requests leave within D steps, and each of
-  its requests admitted after t1 ends by the deadline <= t1 + L in outputs,
-  so it is admitted before t1 + L and leaves within D of that.
-- `star_admitted_within_G` (G = 3D + L + 3): r* chosen at t0 is admitted by
-  t0 + G. Until the cap blocks it, a capacity stop at r* admits nobody, so
-  within D + 1 steps `running` empties or r* is in or cap-blocked (t1); the
-  victim's slot is free by t1 + L + D (G1) and nobody can take it first;
-  then within D + 1 more steps capacity lets r* in.
+- `victim_drains` (G1 = L + S + D): a victim chosen at step t1 holds no
+  slot after t1 + L + S + D: its running requests leave within D steps,
+  and each of its requests admitted after t1 ends by the deadline
+  <= t1 + L + S in outputs, so it is admitted before t1 + L + S and leaves
+  within D of that.
+- `star_admitted_within_G` (G = 3D + L + S + 3): r* chosen at t0 is
+  admitted by t0 + G. Until the cap blocks it, a capacity stop at r* admits
+  nobody, so within D + 1 steps `running` empties or r* is in or
+  cap-blocked (t1); the victim's slot is free by t1 + L + S + D (G1) and
+  nobody can take it first; then within D + 1 more steps capacity lets r*
+  in.
 - `guards_apart`: no r* is chosen within S steps of the admission of the
   one before it (so a guard and the gap after it take at most G + S).
 - `guards_ahead`: every r* chosen once a request r has waited S steps is
@@ -93,7 +103,7 @@ late. Lemmas, each a monitor in `tests/test_state_machines.py`:
 
 Hence every request is first admitted within
 
-    B = S + Qw * (3D + L + S + 3)
+    B = S + Qw * (3D + L + 2S + 3)
 
 steps of joining `waiting`: linear in the requests waiting ahead, in the
 longest request and in S, under these assumptions: every request has the same
@@ -155,7 +165,7 @@ class FairGuard:
     chosen_at: int = 0  # the step r* was chosen (0: no r*)
     cool_until: int = 0  # no new r* before this step: S after the last r* was admitted
     victims: set[int] = field(default_factory=set)  # the victim (at most one holds a slot)
-    deadline: dict[int, int] = field(default_factory=dict)  # victim -> step its slot frees if nothing joins
+    deadline: dict[int, int] = field(default_factory=dict)  # victim -> step its slot frees if nothing joins, + S
     step: int = 0
     backlog: dict[int, int] = field(default_factory=dict)  # adapter -> waiting requests
     _waiting: dict[str, tuple[int, int]] = field(default_factory=dict)  # rid -> (waiting since, adapter)
@@ -228,11 +238,13 @@ class FairGuard:
     def visit_star(self, left: dict[int, int]) -> None:
         """The scan reached r*; `left` maps each adapter holding a slot to the
         outputs its longest-running request has left. If the cap blocks r*
-        and no victim holds a slot, pick the victim (mechanism 2)."""
+        and no victim holds a slot, pick the victim and its deadline
+        (mechanism 2)."""
         active = set(left)
         if cap_blocks(active, self.star_adapter, self.max_loras) and not (self.victims & active):
             victim = min(active, key=lambda a: (left[a], self.backlog.get(a, 0), a))
-            self.victims, self.deadline = {victim}, {victim: self.step + left[victim]}
+            self.victims = {victim}
+            self.deadline = {victim: self.step + left[victim] + self.starvation_steps}
 
     def drains(self, adapter: int, left: int) -> bool:
         """A request of victim `adapter` with `left` outputs left ends by the deadline."""
@@ -273,9 +285,15 @@ def drain_steps(config: Config, *, max_prompt: int, max_output: int, queue: int 
         + config.prefill_schedule_interval * chunks + (max_output - 1) + (2 if config.async_scheduling else 0)
 
 
-def guard_steps(drain: int, max_output: int) -> int:
-    """G of the module docstring: r* is admitted within 3D + L + 3 steps of being chosen."""
-    return 3 * drain + max_output + 3
+def guard_steps(drain: int, max_output: int, starvation_steps: int) -> int:
+    """G of the module docstring: r* is admitted within 3D + L + S + 3 steps of being chosen."""
+    return 3 * drain + max_output + starvation_steps + 3
+
+
+def victim_steps(drain: int, max_output: int, starvation_steps: int) -> int:
+    """G1 of the module docstring (`victim_drains`): a victim holds no slot
+    L + S + D steps after it is chosen."""
+    return max_output + starvation_steps + drain
 
 
 def gap_steps(config: Config) -> int:
@@ -288,7 +306,7 @@ def fair_bound(config: Config, *, queue: int, max_prompt: int, max_output: int, 
     (`waiting` is Qw; without it, Q stands in for it, as Qw <= Q)."""
     d = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     qw = queue if waiting is None else waiting
-    return config.starvation_steps + qw * (guard_steps(d, max_output) + gap_steps(config))
+    return config.starvation_steps + qw * (guard_steps(d, max_output, config.starvation_steps) + gap_steps(config))
 
 
 def workload_bound(config: Config, requests: Iterable[Request], *, queue: int | None = None,

@@ -12,7 +12,7 @@ from lora_sched.spec.config import Config
 
 
 def fair_B(b: enc.Bounds, queue: int | None = None) -> int:
-    """fair's bound B = S + Qw (3D + L + S + 3) (`policy.fair.fair_bound`) for the
+    """fair's bound B = S + Qw (3D + L + 2S + 3) (`policy.fair.fair_bound`) for the
     largest config values of `b`, with Q and Qw both R by default (at most R
     requests are ever present at once). A larger budget only shrinks D, so
     this B is at most the B of any smaller budget in the range: checking

@@ -443,7 +443,7 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     cap over `C0` blocks r* and no current victim is in `C0`, the adapter of
     `C0` with the smallest (outputs left of its longest-running request;
     backlog: its waiting requests other than r*; id) becomes the victim,
-    with deadline `step + outputs left`.
+    with deadline `step + outputs left + S`.
     holds: a waiting request of the victim other than r* is held unless it
     and every waiting request of its adapter ahead of it (`ahead`: queue
     order, by default `queue_before`; slot order in the fast path) can end
@@ -510,7 +510,7 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
 
     pick = [z3.And(add, C0[a], *[z3.Implies(C0[c], before(a, c)) for c in range(A) if c != a]) for a in range(A)]
     V2 = [z3.If(add, pick[a], V1[a]) for a in range(A)]
-    DL2 = [z3.If(add, z3.If(pick[a], t + slot_left[a], 0), DL1[a]) for a in range(A)]
+    DL2 = [z3.If(add, z3.If(pick[a], t + slot_left[a] + p.S, 0), DL1[a]) for a in range(A)]
     dl_of = [z3.Sum([z3.If(p.is_a[i][a], DL2[a], 0) for a in range(A)]) for i in rng]  # deadline of i's adapter
     fits = [z3.And(dl_of[i] > 0, t + left[i] <= dl_of[i]) for i in rng]
     if mutant == "drain_unbounded":  # every request of the victim drains, whatever its length

@@ -40,9 +40,12 @@ SKIP = replace(SMALL, skip=True)  # running requests may go unscheduled
 WAIT = enc.Bounds(requests=4, adapters=2, max_prompt=1, max_output=2, max_loras=(1, 1), max_num_seqs=(4, 4),
                   max_num_batched_tokens=(8, 8), starvation_steps=(0, 0), last_arrival=3)
 WAIT_WORST = 3
-# The same with S = 2: every part of fair's rule active (r* only after S steps).
-WAIT_S2 = replace(WAIT, starvation_steps=(2, 2))
-WAIT_S2_WORST = 3  # the real rule's tight worst wait there (proofs/manifest.json, fair-wait-S2)
+# The same with S = 1: every part of fair's rule active (r* only after S steps,
+# the victim's deadline S past its slot's freeing). At S = 2 the deadline's
+# slack lets a victim's 2-output requests in for as long as R = 4 requests
+# last, so the rule's worst wait there (4) is also the mutants'.
+WAIT_S1 = replace(WAIT, starvation_steps=(1, 1))
+WAIT_S1_WORST = 3  # the real rule's tight worst wait there (proofs/manifest.json, fair-wait-S1)
 # A finite KV pool (preemption) and the priority queue: the general mode.
 KV = replace(SMALL, kv_blocks=(1, 4))
 PRIO = replace(SMALL, priority=True)
@@ -80,10 +83,10 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant("drain_unbounded", "fair's drain admission lets in every request of the victim, whatever its "
            "outputs left (the victim never drains)",
            "fair", "bounded_wait", WAIT, 10, WAIT_WORST),
-    Mutant("guard_off_s2", "fair's guard never fires, at S = 2",
-           "fair", "bounded_wait", WAIT_S2, 12, WAIT_S2_WORST),
-    Mutant("drain_unbounded_s2", "fair's drain admission lets in every request of the victim, at S = 2",
-           "fair", "bounded_wait", WAIT_S2, 12, WAIT_S2_WORST),
+    Mutant("guard_off_s1", "fair's guard never fires, at S = 1",
+           "fair", "bounded_wait", WAIT_S1, 12, WAIT_S1_WORST),
+    Mutant("drain_unbounded_s1", "fair's drain admission lets in every request of the victim, at S = 1",
+           "fair", "bounded_wait", WAIT_S1, 12, WAIT_S1_WORST),
     Mutant("gap_forever", "fair's gap after a guard never ends (after the first r*, no request is put first again)",
            "fair", "bounded_wait", WAIT, 10, WAIT_WORST),
     Mutant("star_youngest", "fair's r* is the youngest starving request instead of the oldest",
@@ -106,7 +109,7 @@ CATALOGUE: tuple[Mutant, ...] = (
            "takes over)", "fair", "no_hol_blocking", replace(PRIO, max_loras=(1, 1)), 5),
 )
 # cap_late_fair plants the same bug as cap_late under the other policy.
-_BUG = {"cap_late_fair": "cap_late", "guard_off_s2": "guard_off", "drain_unbounded_s2": "drain_unbounded"}
+_BUG = {"cap_late_fair": "cap_late", "guard_off_s1": "guard_off", "drain_unbounded_s1": "drain_unbounded"}
 
 
 @dataclass

@@ -48,7 +48,7 @@ class LastFreeVictimGuard(FairGuard):
     def visit_star(self, left: dict[int, int]) -> None:
         super().visit_star({a: -n for a, n in left.items()})
         for a in self.deadline:  # the deadline from the real outputs left
-            self.deadline[a] = self.step + left[a]
+            self.deadline[a] = self.step + left[a] + self.starvation_steps
 
 
 class LastFreeVictimGate(FairGate):

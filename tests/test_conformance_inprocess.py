@@ -239,7 +239,7 @@ MECHANISMS = ("star", "held", "drain", "other")
 # vLLM accepts both (budget >= seats).
 MECHANISM_FAMILIES = ("adv-fairv5-throughput-overload.json", "adv-fair_cohort-throughput-deep.json")
 # A family on which a planted guard diverges from the reference (async).
-PLANTED_FAMILY = "adv-fair_cohort-throughput-deep.json"
+PLANTED_FAMILY = "adv-fair_cohort-throughput.json"
 
 
 def _family(name: str, async_scheduling: bool):

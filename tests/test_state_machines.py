@@ -37,7 +37,15 @@ from lora_sched.policy import EVERY_RUNNING_CAP, FAIR_CAP, claims, make_gate
 from lora_sched.policy.check import check_trace
 from lora_sched.policy.core import Scheduler
 from lora_sched.policy.driver import Workload, run
-from lora_sched.policy.fair import FairHolds, bound_applies, drain_steps, fair_bound, guard_steps, workload_bound
+from lora_sched.policy.fair import (
+    FairHolds,
+    bound_applies,
+    drain_steps,
+    fair_bound,
+    guard_steps,
+    victim_steps,
+    workload_bound,
+)
 from lora_sched.policy.replay import replay
 from lora_sched.policy.workloads import starvation_stream
 from lora_sched.spec.config import Config, throttled
@@ -218,13 +226,15 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
     - `guards_apart`: an r* chosen in this step (one still waiting at its
       end) comes S steps or more after the last r* was admitted;
     - `victim_drains`: a victim chosen at step t1 holds no slot after
-      t1 + L + D while r* waits;
+      t1 + G1 while r* waits, G1 = `victim_steps(D, L, S)` = L + S + D;
     - `star_admitted_within_G`: r* chosen at t0 is admitted (or aborted) by
-      t0 + G, G = `guard_steps(D, L)`."""
+      t0 + G, G = `guard_steps(D, L, S)`."""
     g, st_ = sched.gate.guard, sched.state
     if g is None:
         return None
     d = drain_steps(sched.config, max_prompt=max_prompt, max_output=max_output, queue=queue)
+    s = sched.config.starvation_steps
+    g_steps, g1_steps = guard_steps(d, max_output, s), victim_steps(d, max_output, s)
     if star0 is not None and star0 in rec.admitted and rec.admitted[0] != star0:
         return f"star_first: r* {star0} admitted after {rec.admitted[:rec.admitted.index(star0)]} at step {step}"
     if star0 is not None and star0 in rec.admitted:
@@ -232,17 +242,17 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
     if g.star is None:
         return None
     last = victim_since.get("star_admitted")
-    if g.star != star0 and last is not None and step - last < sched.config.starvation_steps:
+    if g.star != star0 and last is not None and step - last < s:
         return (f"guards_apart: r* {g.star} chosen at step {step}, {step - last} steps after the last r* was "
-                f"admitted (S = {sched.config.starvation_steps})")
-    if step - g.chosen_at > guard_steps(d, max_output):
+                f"admitted (S = {s})")
+    if step - g.chosen_at > g_steps:
         return (f"star_admitted_within_G: r* {g.star} chosen at {g.chosen_at} still waits at {step} "
-                f"> G = {guard_steps(d, max_output)}")
+                f"> G = {g_steps}")
     for v in g.victims:
         since = victim_since.setdefault((g.star, v), step)
-        if step - since > max_output + d and any(st_.reqs[r].req.adapter == v for r in st_.running):
+        if step - since > g1_steps and any(st_.reqs[r].req.adapter == v for r in st_.running):
             return (f"victim_drains: victim {v} chosen at {since} still holds a slot at {step} "
-                    f"> t1 + L + D = {since + max_output + d}")
+                    f"> t1 + L + S + D = {since + g1_steps}")
     return None
 
 

@@ -61,7 +61,7 @@ for S steps, and a victim keeps its slot at most S steps past its own
 freeing (S = 0: the oldest waiting request is always first, which makes
 the scan FCFS among requests the cap would block, and the victim drains
 exactly).
-The rule's history (v1-v8 and what each added or dropped) is in
+The rule's history (v1-v9: what each added or dropped, and why) is in
 `docs/fair-history.md`.
 
 Bound. Let P be the largest prompt, L the largest `max_tokens`,

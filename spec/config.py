@@ -41,9 +41,10 @@ class Config:
     queue: str = "fcfs"
     async_scheduling: bool = False
     policy: str = "vllm"
-    # `fair` (and its prototypes): steps a LoRA-blocked request may wait before the
-    # guard holds the other adapters for it (DESIGN section 3, "starvation
-    # guard"). The reference gates read it as their knob: `drainer`'s wait
+    # `fair` (and its prototypes): steps a waiting request waits before it is put
+    # first as r* (DESIGN section 3, "starvation guard"); also fair's gap after
+    # a guard and its victim's slack past the slot's freeing (policy/fair.py).
+    # The reference gates read it as their knob: `drainer`'s wait
     # threshold, `timeslice`'s cycle length (steps); `vtc` ignores it.
     starvation_steps: int = 16
     # vLLM's `--prefill-schedule-interval` (data-parallel prefill balancing):

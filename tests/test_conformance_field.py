@@ -27,7 +27,7 @@ import traceback
 from dataclasses import replace
 
 import pytest
-from lora_sched.bench.families import all_families, coded_families
+from lora_sched.bench.families import FAMILY_DIR, all_families, coded_families, load
 from lora_sched.conformance.crash import first_cap_break
 from lora_sched.policy import claims
 from lora_sched.policy.check import check_trace
@@ -124,14 +124,40 @@ def test_field_gate_scenarios(tmp_path, policy):
             _check(replace(sc.config, async_scheduling=async_scheduling), sc.workload, tmp_path, policy)
 
 
+# The family on which the drainer crashes vLLM 0.32 (async, DP throttle every 2nd step).
+CRASH_FAMILY = "adv-fairv9-throttle-wait.json"
+
+
+def test_a_crash_is_accepted_only_where_the_reference_predicts_it(tmp_path):
+    """`_predicted_crash` can fail: the drainer's crash of vLLM 0.32 on
+    `CRASH_FAMILY` passes it, and the same crash judged as fair's (which
+    claims `batch_lora_cap`) or as a synchronous run's (whose reference
+    breaks the cap elsewhere, its lines not one step behind) does not. On
+    0.33, whose cap counts every running request, the run completes and
+    keeps the drainer's claims."""
+    from lora_sched.recorder import installed_release  # imports vLLM
+
+    _, cfg, reqs, _ = load(FAMILY_DIR / CRASH_FAMILY)
+    cfg, wl = replace(cfg, policy="drainer", async_scheduling=True), Workload(reqs)
+    if installed_release() == "0.33":
+        _check(cfg, wl, tmp_path, "drainer")
+        return
+    with pytest.raises(AssertionError) as info:
+        _conform(cfg, wl, tmp_path, "drainer")
+    _predicted_crash(info.value, cfg, wl, tmp_path / "t.jsonl")
+    for planted in (replace(cfg, policy="fair"), replace(cfg, async_scheduling=False)):
+        with pytest.raises(AssertionError):
+            _predicted_crash(info.value, planted, wl, tmp_path / "t.jsonl")
+
+
 @pytest.mark.parametrize("policy", FIELD)
 def test_field_gate_families(tmp_path, policy):
     """Every family vLLM accepts: the seed shape, the tuning set, the starvation
     stream, issue 11's max_loras-1 family and the adversarial families (the
     small ones also under async scheduling). A family may crash vLLM 0.32's
     max_loras assert where the gate keeps vLLM's cap and the reference
-    predicts it (`_predicted_crash`: `adv-fairv9-throttle-wait` under async
-    for the drainer on 0.32; never on 0.33, where every gate claims both caps)."""
+    predicts it (`_predicted_crash`: `CRASH_FAMILY` under async for the
+    drainer on 0.32; never on 0.33, where every gate claims both caps)."""
     coded = set(coded_families())
     ran = []
     for name, (cfg, reqs) in all_families().items():

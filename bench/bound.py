@@ -13,18 +13,22 @@ how loose B is on that family.
 *Can any bound be within 4x of a family's worst wait?* (`tightness`, issue
 20 item 4; `lora-sched bench --bound-gap`, and `bench --realistic` for its
 grid). B reads the configuration and a run's figures (`Figures`: Q, Qw,
-P, L; a bound linear in the adapters waiting ahead would also read the
-adapters). So it must hold on every workload with the same configuration
-whose figures are no larger, and a *witness*, such a workload on which
-fair waits long (`witness`), puts a floor under every sound bound that
-reads only those figures and does not shrink as they grow. When the
-witness waits more than 4x the family's worst wait, no such bound is within
-4x there (`Tightness.verdict` "unreachable"); when B is within 4x, "within";
-otherwise "open" (B may be loose, or the witness weak). A witness waiting
-longer than B at its own figures would be a counterexample to B ("broken").
-Where fair is run here (`tightness`), the longest guard (r* chosen to
-admitted) is reported against G, the allowance of the lemma
-`star_admitted_within_G`: where B's slack is.
+P, L). So it must hold on every workload with the same configuration whose
+figures are no larger, and a *witness*, such a workload on which fair
+waits long (`witness`), puts a floor under every sound bound that reads
+only those figures and does not shrink as they grow. Two witnesses are
+sought: one that also keeps the number of adapters (a floor under a bound
+linear in the adapters waiting ahead as well), and, where that one does
+not settle the verdict, one within B's own figures only, free to use up
+to one adapter per request (`free=True`). When a witness waits more than
+4x the family's worst wait, no bound in its figures is within 4x there
+(`Tightness.verdict` "unreachable"; `Tightness.reads` says which figures);
+when B is within 4x, "within"; otherwise "open" (B may be loose, or the
+witnesses weak). A witness waiting longer than B at its own figures would
+be a counterexample to B ("broken"). Where fair is run here
+(`tightness`), the longest guard (r* chosen to admitted) is reported
+against G, the allowance of the lemma `star_admitted_within_G`: where B's
+slack is.
 """
 
 from __future__ import annotations
@@ -130,9 +134,9 @@ WITHIN = 4  # the goal: B <= 4x the worst wait found
 @dataclass(frozen=True)
 class Figures:
     """What a bound of B's kind reads of a run: Q, Qw, the largest prompt P and
-    `max_tokens` L, and the LoRA adapters that send requests (what a bound
-    linear in the adapters waiting ahead would read). The configuration is
-    read too, and a witness keeps it."""
+    `max_tokens` L (B's own figures), and the LoRA adapters that send
+    requests (what a bound linear in the adapters waiting ahead would read
+    too). The configuration is read too, and a witness keeps it."""
 
     present: int  # Q: the most requests waiting or running when a step starts
     waiting: int  # Qw: the most requests waiting when a step starts
@@ -140,10 +144,11 @@ class Figures:
     output: int  # L
     adapters: int  # LoRA adapters (> 0) among the requests
 
-    def exceeded_by(self, other: Figures) -> list[str]:
-        """The figures of `other` above this one's (empty: `other` is within it)."""
+    def exceeded_by(self, other: Figures, *, adapters: bool = True) -> list[str]:
+        """The figures of `other` above this one's (empty: `other` is within
+        it); without `adapters`, B's own figures only."""
         return [f"{k} {getattr(other, k)} > {getattr(self, k)}" for k in self.__dataclass_fields__
-                if getattr(other, k) > getattr(self, k)]
+                if (adapters or k != "adapters") and getattr(other, k) > getattr(self, k)]
 
 
 def figures_of(reqs: list[Request] | tuple[Request, ...], records: list[StepRecord]) -> Figures:
@@ -244,52 +249,73 @@ class Witness:
     requests: list[Request]
 
 
-def witness(cfg: Config, fig: Figures, *, climb_iters: int = 0, seed: int = 0) -> Witness | None:
+def witness(cfg: Config, fig: Figures, *, climb_iters: int = 0, seed: int = 0, free: bool = False,
+            enough: int | None = None) -> Witness | None:
     """The best of `witness_candidates` that stays within `fig`, then (with
     `climb_iters`) hill-climbed on fair's worst wait, every step kept within
-    `fig` (a mutation that exceeds a figure is thrown away)."""
+    `fig` (a mutation that exceeds a figure is thrown away), until it waits
+    longer than `enough` when that is given. With `free`, within B's own
+    figures only: the witness may use up to one adapter per waiting request
+    beyond the `max_loras` that hold the slots."""
+    target = replace(fig, adapters=fig.waiting + cfg.max_loras + 1) if free and fig.adapters else fig
     best: Witness | None = None
-    for cand in witness_candidates(cfg, fig):
+    for cand in witness_candidates(cfg, target):
         got = _fair_run(cfg, cand)
-        if got is not None and not fig.exceeded_by(got[1]) and (best is None or got[0] > best.wait):
+        if got is not None and not fig.exceeded_by(got[1], adapters=not free) and (best is None or got[0] > best.wait):
             best = Witness(got[0], got[1], cand)
     rng = random.Random(seed)
     for i in range(climb_iters if best is not None else 0):
-        cand = _mutate_within(rng, best.requests, fig, i)
+        if enough is not None and best.wait > enough:
+            break
+        cand = _mutate_within(rng, best.requests, target, i)
         got = _fair_run(cfg, cand)
-        if got is not None and not fig.exceeded_by(got[1]) and got[0] >= best.wait:
+        if got is not None and not fig.exceeded_by(got[1], adapters=not free) and got[0] >= best.wait:
             best = Witness(got[0], got[1], cand)
     return best
 
 
 @dataclass
 class Tightness:
-    """One family's worst wait against B and against a witness within its figures.
+    """One family's worst wait against B and against witnesses within its figures.
 
     Verdicts: `within` (B <= 4x the worst wait); `unreachable` (a workload
     within the family's figures, on its configuration, makes fair wait more
     than 4x the family's worst wait, so every sound bound that reads only
     these figures and grows with them is above 4x that worst wait, B
-    included); `open` (neither: B is more than 4x the worst wait and no
-    witness shows that this must be so). `broken` would be a witness that
-    waits longer than B: a counterexample to the bound."""
+    included; `reads` names the figures); `open` (neither: B is more than
+    4x the worst wait and no witness shows that this must be so). `broken`
+    would be a witness that waits longer than B: a counterexample to the
+    bound."""
 
     family: str
     worst: int
     bound: int
     figures: Figures
-    witness_wait: int
+    witness_wait: int  # the witness that keeps the number of adapters too
     witness_bound: int  # B at the witness's own figures (it must hold there)
     guard: int | None = None  # the family run's longest guard (r* chosen -> admitted), when measured
     guard_bound: int | None = None  # G, what `star_admitted_within_G` allows a guard
+    free_wait: int | None = None  # the witness within B's figures only (None: not sought)
+    free_bound: int | None = None  # B at its own figures
 
     @property
     def verdict(self) -> str:
-        if self.witness_wait > self.witness_bound:
+        if self.witness_wait > self.witness_bound or (self.free_wait or 0) > (self.free_bound or 0):
             return "broken"
         if self.bound <= WITHIN * self.worst:
             return "within"
-        return "unreachable" if self.witness_wait > WITHIN * self.worst else "open"
+        if self.witness_wait > WITHIN * self.worst or (self.free_wait or 0) > WITHIN * self.worst:
+            return "unreachable"
+        return "open"
+
+    @property
+    def reads(self) -> str:
+        """The figures an "unreachable" verdict covers: "Q,Qw,P,L,A" when the
+        witness that keeps the adapters settles it (a bound linear in the
+        adapters is covered too), "Q,Qw,P,L" (B's) when only the free one does."""
+        if self.verdict != "unreachable":
+            return "-"
+        return "Q,Qw,P,L,A" if self.witness_wait > WITHIN * self.worst else "Q,Qw,P,L"
 
 
 def tightness(family: str, cfg: Config, reqs: list[Request], *, climb_iters: int = 0, seed: int = 0) -> Tightness:
@@ -301,32 +327,43 @@ def tightness(family: str, cfg: Config, reqs: list[Request], *, climb_iters: int
     worst, fig, longest = got
     t = judge(family, cfg, fig, worst, climb_iters=climb_iters, seed=seed)
     d = drain_steps(replace(cfg, policy="fair"), max_prompt=fig.prompt, max_output=fig.output, queue=fig.present)
-    return replace(t, guard=longest, guard_bound=guard_steps(d, fig.output, cfg.starvation_steps))
+    return replace(t, guard=longest, guard_bound=guard_steps(replace(cfg, policy="fair"), d, fig.present))
 
 
 def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: int = 0, seed: int = 0) -> Tightness:
-    """`Tightness` from a run's figures and fair's worst wait there."""
+    """`Tightness` from a run's figures and fair's worst wait there: the
+    witness that keeps the adapters, then, where it does not settle the
+    verdict, the free one (climbed only until it settles it)."""
     fair_cfg = replace(cfg, policy="fair")
     w = witness(fair_cfg, fig, climb_iters=climb_iters, seed=seed)
-    if w is None:
-        return Tightness(family, worst, bound_at(cfg, fig), fig, 0, 0)
-    return Tightness(family, worst, bound_at(cfg, fig), fig, w.wait, bound_at(cfg, w.figures))
+    t = Tightness(family, worst, bound_at(cfg, fig), fig, 0, 0) if w is None else \
+        Tightness(family, worst, bound_at(cfg, fig), fig, w.wait, bound_at(cfg, w.figures))
+    if t.verdict != "open":
+        return t
+    f = witness(fair_cfg, fig, climb_iters=climb_iters, seed=seed, free=True, enough=WITHIN * worst)
+    return t if f is None else replace(t, free_wait=f.wait, free_bound=bound_at(cfg, f.figures))
 
 
 def print_tightness(rows: list[Tightness], title: str, noun: str = "families") -> dict[str, int]:
     """One line per family, then how many of each verdict."""
-    print(f"== {title}: fair's B against its worst wait, and a witness within the same figures ==")
-    print(f"{'family':46}{'worst':>7}{'B':>9}{'B/worst':>9}{'witness':>9}{'/worst':>8}{'B there':>9}"
+    print(f"== {title}: fair's B against its worst wait, and witnesses within the same figures ==")
+    print(f"{'family':46}{'worst':>7}{'B':>9}{'B/worst':>9}{'witness':>9}{'/worst':>8}{'free':>7}{'/worst':>8}"
           f"{'guard/G':>9}  verdict")
     counts: dict[str, int] = {}
     for t in rows:
         counts[t.verdict] = counts.get(t.verdict, 0) + 1
+        free = ("-", "-") if t.free_wait is None else (str(t.free_wait), f"{t.free_wait / max(1, t.worst):.1f}")
+        reads = f" ({t.reads})" if t.verdict == "unreachable" else ""
         print(f"{t.family:46}{t.worst:>7}{t.bound:>9}{t.bound / max(1, t.worst):>9.1f}{t.witness_wait:>9}"
-              f"{t.witness_wait / max(1, t.worst):>8.1f}{t.witness_bound:>9}{_guard_share(t):>9}  {t.verdict}",
-              flush=True)
+              f"{t.witness_wait / max(1, t.worst):>8.1f}{free[0]:>7}{free[1]:>8}{_guard_share(t):>9}  "
+              f"{t.verdict}{reads}", flush=True)
+    by_reads = {r: sum(t.reads == r for t in rows) for r in ("Q,Qw,P,L,A", "Q,Qw,P,L")}
     print(f"{len(rows)} {noun}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-          + f" (within: B <= {WITHIN}x the worst wait; unreachable: the witness waits > {WITHIN}x it, so no "
-          "bound in these figures is within 4x; open: neither; broken: the witness beats B)")
+          + f" (within: B <= {WITHIN}x the worst wait; unreachable: a witness waits > {WITHIN}x it, so no "
+          "bound in its figures is within 4x; open: neither; broken: a witness beats B)")
+    if counts.get("unreachable"):
+        print(f"unreachable, by the figures the witness kept: Q,Qw,P,L and the adapters {by_reads['Q,Qw,P,L,A']}, "
+              f"B's own (Q,Qw,P,L) {by_reads['Q,Qw,P,L']}")
     return counts
 
 
@@ -338,13 +375,15 @@ def _guard_share(t: Tightness) -> str:
 def tightness_dict(t: Tightness) -> dict:
     return {"family": t.family, "worst": t.worst, "bound": t.bound, "figures": asdict(t.figures),
             "witness_wait": t.witness_wait, "witness_bound": t.witness_bound, "guard": t.guard,
-            "guard_bound": t.guard_bound, "verdict": t.verdict}
+            "guard_bound": t.guard_bound, "free_wait": t.free_wait, "free_bound": t.free_bound,
+            "verdict": t.verdict, "reads": t.reads}
 
 
 def tightness_of(d: dict) -> Tightness:
     """The inverse of `tightness_dict` (the verdict is recomputed)."""
     return Tightness(d["family"], d["worst"], d["bound"], Figures(**d["figures"]), d["witness_wait"],
-                     d["witness_bound"], d.get("guard"), d.get("guard_bound"))
+                     d["witness_bound"], d.get("guard"), d.get("guard_bound"), d.get("free_wait"),
+                     d.get("free_bound"))
 
 
 def _family_job(args: tuple[str, Config, list[Request], int]) -> Tightness:

@@ -71,29 +71,38 @@ threshold (chunks = ceil(W / c), 1 when off), k = `prefill_schedule_interval`
 (1 without DP throttling), Q the most requests present (waiting or
 running) and Qw <= Q the most requests waiting when a step starts. Then
 
-    D = floor(N * W / T) + k * chunks + (L - 1) + (2 if async scheduling else 0)
+    D0 = floor(N * W / T) + k * chunks + (2 if async scheduling else 0)
+    D  = D0 + (L - 1)
 
 bounds the steps a request spends in `running` while none is inserted ahead
-of it (admissions append; preemption only removes): in each step it is either
-budget-starved, which spends T tokens of the at most N * W that it and the
-requests ahead of it still need, or gets all it asks for: a prefill chunk
-(deferred on at most k - 1 throttled steps in a row) or a decode; async
-scheduling adds the sure-to-finish step and the output that lands one step
-late. Lemmas, each a monitor in `tests/test_state_machines.py`:
+of it (admissions append; preemption only removes), and D0 + o - 1 does for
+one admitted with o outputs left: in each step it is either budget-starved,
+which spends T tokens of the at most N * W that it and the requests ahead
+of it still need, or gets all it asks for: a prefill chunk (deferred on at
+most k - 1 throttled steps in a row) or a decode; async scheduling adds the
+sure-to-finish step and the output that lands one step late. The cap can
+block r* only when max_loras < N: the scan stops at a full `running`
+before it asks the cap, so the cap sees at most N - 1 running adapters.
+Lemmas, each a monitor in `tests/test_state_machines.py`:
 
 - `star_first`: from the step r* is chosen, nobody is admitted before r*
   in a scan (r* is visited first; a capacity stop at r* ends the scan).
-- `victim_drains` (G1 = L + S + D): a victim chosen at step t1 holds no
-  slot after t1 + L + S + D: its running requests leave within D steps,
-  and each of its requests admitted after t1 ends by the deadline
-  <= t1 + L + S in outputs, so it is admitted before t1 + L + S and leaves
-  within D of that.
-- `star_admitted_within_G` (G = 3D + L + S + 3): r* chosen at t0 is
-  admitted by t0 + G. Until the cap blocks it, a capacity stop at r* admits
-  nobody, so within D + 1 steps `running` empties or r* is in or
-  cap-blocked (t1); the victim's slot is free by t1 + L + S + D (G1) and
-  nobody can take it first; then within D + 1 more steps capacity lets r*
-  in.
+- `victim_drains` (G1 = D + S + 1): a victim chosen at step t1, with
+  deadline t1 + l + S (l <= L its longest-running request's outputs
+  left), holds no slot after t1 + G1: its requests running at t1 have at
+  most l outputs left, so leave by t1 + D0 + l - 1; each one admitted at
+  t >= t1 has o outputs left with t + o <= the deadline, so leaves by
+  t + D0 + o - 1 <= t1 + l + S + D0 - 1 <= t1 + D + S.
+- `star_admitted_within_G` (G = 3D + S + 4 when max_loras < N): r* chosen
+  at t0 is admitted by t0 + G. Until the cap blocks it, a capacity stop at
+  r* admits nobody, so within D + 1 steps `running` empties or r* is in or
+  cap-blocked (t1); the victim's slot is free by t1 + G1 and nobody can
+  take it first; then within D + 1 more steps capacity lets r* in. Where
+  the cap cannot block r*, G = D + 2 under synchronous scheduling: nobody
+  is admitted from t0 until r*, so `running` empties within D steps, and
+  then r* is in (a DP throttle defers prefills only while something
+  decodes); under async scheduling, G = 2D + 3: a step where r*'s output
+  is in flight lets the scan admit others, and they leave within D more.
 - `guards_apart`: no r* is chosen within S steps of the admission of the
   one before it (so a guard and the gap after it take at most G + S).
 - `guards_ahead`: every r* chosen once a request r has waited S steps is
@@ -103,7 +112,9 @@ late. Lemmas, each a monitor in `tests/test_state_machines.py`:
 
 Hence every request is first admitted within
 
-    B = S + Qw * (3D + L + 2S + 3)
+    B = S + Qw * (G + S)  =  S + Qw * (3D + 2S + 4)   (max_loras < N)
+                             S + Qw * (D + S + 2)     (max_loras >= N, synchronous)
+                             S + Qw * (2D + S + 3)    (max_loras >= N, async)
 
 steps of joining `waiting`: linear in the requests waiting ahead, in the
 longest request and in S, under these assumptions: every request has the same
@@ -277,23 +288,43 @@ class FairGuard:
 def drain_steps(config: Config, *, max_prompt: int, max_output: int, queue: int | None = None) -> int:
     """D of the module docstring: the most steps a request stays in `running`
     (N is `max_num_seqs`, or Q when fewer requests are ever present)."""
+    return prefill_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue) + (max_output - 1)
+
+
+def prefill_steps(config: Config, *, max_prompt: int, max_output: int, queue: int | None = None) -> int:
+    """D0 of the module docstring: D less the L - 1 decodes (a request admitted
+    with o outputs left stays in `running` at most D0 + o - 1 steps)."""
     work = max_prompt + max_output - 1
     c = config.long_prefill_token_threshold
     chunks = -(-work // c) if c > 0 else 1
-    seats = config.max_num_seqs if queue is None else min(config.max_num_seqs, queue)
-    return (seats * work) // config.max_num_batched_tokens \
-        + config.prefill_schedule_interval * chunks + (max_output - 1) + (2 if config.async_scheduling else 0)
+    return (seats(config, queue) * work) // config.max_num_batched_tokens \
+        + config.prefill_schedule_interval * chunks + (2 if config.async_scheduling else 0)
 
 
-def guard_steps(drain: int, max_output: int, starvation_steps: int) -> int:
-    """G of the module docstring: r* is admitted within 3D + L + S + 3 steps of being chosen."""
-    return 3 * drain + max_output + starvation_steps + 3
+def seats(config: Config, queue: int | None = None) -> int:
+    """N of the module docstring: `max_num_seqs`, or Q when fewer requests are ever present."""
+    return config.max_num_seqs if queue is None else min(config.max_num_seqs, queue)
 
 
-def victim_steps(drain: int, max_output: int, starvation_steps: int) -> int:
+def cap_can_block(config: Config, queue: int | None = None) -> bool:
+    """Can the cap block r*? Only when max_loras < N (the scan stops at a full
+    `running` before it asks the cap, which then sees at most N - 1 adapters)."""
+    return config.max_loras < seats(config, queue)
+
+
+def guard_steps(config: Config, drain: int, queue: int | None = None) -> int:
+    """G of the module docstring: r* is admitted within 3D + S + 4 steps of
+    being chosen where the cap can block it (`cap_can_block`), else within
+    D + 2 (synchronous) or 2D + 3 (async scheduling)."""
+    if cap_can_block(config, queue):
+        return (drain + 1) + victim_steps(drain, config.starvation_steps) + (drain + 1) + 1
+    return 2 * drain + 3 if config.async_scheduling else drain + 2
+
+
+def victim_steps(drain: int, starvation_steps: int) -> int:
     """G1 of the module docstring (`victim_drains`): a victim holds no slot
-    L + S + D steps after it is chosen."""
-    return max_output + starvation_steps + drain
+    D + S + 1 steps after it is chosen."""
+    return drain + starvation_steps + 1
 
 
 def gap_steps(config: Config) -> int:
@@ -306,7 +337,7 @@ def fair_bound(config: Config, *, queue: int, max_prompt: int, max_output: int, 
     (`waiting` is Qw; without it, Q stands in for it, as Qw <= Q)."""
     d = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     qw = queue if waiting is None else waiting
-    return config.starvation_steps + qw * (guard_steps(d, max_output, config.starvation_steps) + gap_steps(config))
+    return config.starvation_steps + qw * (guard_steps(config, d, queue) + gap_steps(config))
 
 
 def workload_bound(config: Config, requests: Iterable[Request], *, queue: int | None = None,

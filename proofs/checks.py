@@ -12,12 +12,17 @@ from lora_sched.spec.config import Config
 
 
 def fair_B(b: enc.Bounds, queue: int | None = None) -> int:
-    """fair's bound B = S + Qw (3D + L + 2S + 3) (`policy.fair.fair_bound`) for the
-    largest config values of `b`, with Q and Qw both R by default (at most R
-    requests are ever present at once). A larger budget only shrinks D, so
-    this B is at most the B of any smaller budget in the range: checking
-    against it is the stricter test."""
-    cfg = Config(max_loras=b.max_loras[1], max_num_seqs=b.max_num_seqs[1],
+    """fair's bound B (`policy.fair.fair_bound`: S + Qw (3D + 2S + 4), or
+    where max_loras >= N and the cap cannot block r* S + Qw (D + S + 2),
+    S + Qw (2D + S + 3) under async)
+    for the config values of `b` that make it smallest, with Q and Qw both
+    R by default (at most R requests are ever present at once). B shrinks
+    as the budget or max_loras grows and grows with `max_num_seqs` (D and
+    whether the cap can block both grow with N), so this is the largest
+    budget and max_loras with the smallest `max_num_seqs`: it is at most the
+    B of every configuration in the range, and checking against it is the
+    stricter test."""
+    cfg = Config(max_loras=b.max_loras[1], max_num_seqs=b.max_num_seqs[0],
                  max_num_batched_tokens=b.max_num_batched_tokens[1], starvation_steps=b.starvation_steps[1],
                  policy="fair")
     return fair_bound(cfg, queue=b.requests if queue is None else queue, max_prompt=b.max_prompt,

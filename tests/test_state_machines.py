@@ -26,6 +26,7 @@ the trace checker.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from dataclasses import replace
 
@@ -40,6 +41,7 @@ from lora_sched.policy.driver import Workload, run
 from lora_sched.policy.fair import (
     FairHolds,
     bound_applies,
+    cap_can_block,
     drain_steps,
     fair_bound,
     guard_steps,
@@ -226,15 +228,17 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
     - `guards_apart`: an r* chosen in this step (one still waiting at its
       end) comes S steps or more after the last r* was admitted;
     - `victim_drains`: a victim chosen at step t1 holds no slot after
-      t1 + G1 while r* waits, G1 = `victim_steps(D, L, S)` = L + S + D;
+      t1 + G1 while r* waits, G1 = `victim_steps(D, S)` = D + S + 1;
     - `star_admitted_within_G`: r* chosen at t0 is admitted (or aborted) by
-      t0 + G, G = `guard_steps(D, L, S)`."""
+      t0 + G, G = `guard_steps` = 3D + S + 4, or where the cap cannot block
+      r* (max_loras >= N) D + 2 (synchronous) or 2D + 3 (async)."""
     g, st_ = sched.gate.guard, sched.state
     if g is None:
         return None
     d = drain_steps(sched.config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     s = sched.config.starvation_steps
-    g_steps, g1_steps = guard_steps(d, max_output, s), victim_steps(d, max_output, s)
+    g_steps = guard_steps(sched.config, d, queue)
+    g1_steps = victim_steps(d, s)
     if star0 is not None and star0 in rec.admitted and rec.admitted[0] != star0:
         return f"star_first: r* {star0} admitted after {rec.admitted[:rec.admitted.index(star0)]} at step {step}"
     if star0 is not None and star0 in rec.admitted:
@@ -252,7 +256,7 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
         since = victim_since.setdefault((g.star, v), step)
         if step - since > g1_steps and any(st_.reqs[r].req.adapter == v for r in st_.running):
             return (f"victim_drains: victim {v} chosen at {since} still holds a slot at {step} "
-                    f"> t1 + L + S + D = {since + g1_steps}")
+                    f"> t1 + D + S + 1 = {since + g1_steps}")
     return None
 
 
@@ -423,3 +427,19 @@ def test_lemma_monitors_catch_planted_bugs(planted):
     broken = _first_broken_lemma(cfg, reqs, bug)
     assert broken is not None and broken.startswith(want), broken
     assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
+
+
+def test_guard_monitor_fires_when_g_is_planted_too_small(monkeypatch: pytest.MonkeyPatch):
+    """`star_admitted_within_G` is not vacuous where the cap cannot block r*
+    (one seat, G = D + 2): on the bound family searched against the restated
+    B, fair's own guards come close to G, so with G planted at D / 2 the
+    monitor fires on fair's real rule, which keeps it at the real G."""
+    from lora_sched.bench.families import FAMILY_DIR, load
+
+    _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fairv9-bound-restated.json")
+    cfg = replace(cfg, policy="fair")
+    assert not cap_can_block(cfg, len(reqs))
+    assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
+    monkeypatch.setattr(sys.modules[__name__], "guard_steps", lambda config, drain, queue=None: drain // 2)
+    broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
+    assert broken is not None and broken.startswith("star_admitted_within_G"), broken

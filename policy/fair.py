@@ -98,11 +98,10 @@ Lemmas, each a monitor in `tests/test_state_machines.py`:
   r* admits nobody, so within D + 1 steps `running` empties or r* is in or
   cap-blocked (t1); the victim's slot is free by t1 + G1 and nobody can
   take it first; then within D + 1 more steps capacity lets r* in. Where
-  the cap cannot block r*, G = D + 2 under synchronous scheduling: nobody
-  is admitted from t0 until r*, so `running` empties within D steps, and
-  then r* is in (a DP throttle defers prefills only while something
-  decodes); under async scheduling, G = 2D + 3: a step where r*'s output
-  is in flight lets the scan admit others, and they leave within D more.
+  the cap cannot block r*, G = D + 2: nobody is admitted from t0 until r*
+  (r* has no async output in flight when chosen, and a waiting request
+  gets none), so `running` empties within D steps, and then r* is in (a DP
+  throttle defers prefills only while something decodes).
 - `guards_apart`: no r* is chosen within S steps of the admission of the
   one before it (so a guard and the gap after it take at most G + S).
 - `guards_ahead`: every r* chosen once a request r has waited S steps is
@@ -113,8 +112,7 @@ Lemmas, each a monitor in `tests/test_state_machines.py`:
 Hence every request is first admitted within
 
     B = S + Qw * (G + S)  =  S + Qw * (3D + 2S + 4)   (max_loras < N)
-                             S + Qw * (D + S + 2)     (max_loras >= N, synchronous)
-                             S + Qw * (2D + S + 3)    (max_loras >= N, async)
+                             S + Qw * (D + S + 2)     (max_loras >= N)
 
 steps of joining `waiting`: linear in the requests waiting ahead, in the
 longest request and in S, under these assumptions: every request has the same
@@ -314,11 +312,10 @@ def cap_can_block(config: Config, queue: int | None = None) -> bool:
 
 def guard_steps(config: Config, drain: int, queue: int | None = None) -> int:
     """G of the module docstring: r* is admitted within 3D + S + 4 steps of
-    being chosen where the cap can block it (`cap_can_block`), else within
-    D + 2 (synchronous) or 2D + 3 (async scheduling)."""
+    being chosen where the cap can block it (`cap_can_block`), else within D + 2."""
     if cap_can_block(config, queue):
         return (drain + 1) + victim_steps(drain, config.starvation_steps) + (drain + 1) + 1
-    return 2 * drain + 3 if config.async_scheduling else drain + 2
+    return drain + 2
 
 
 def victim_steps(drain: int, starvation_steps: int) -> int:

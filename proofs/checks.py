@@ -13,8 +13,7 @@ from lora_sched.spec.config import Config
 
 def fair_B(b: enc.Bounds, queue: int | None = None) -> int:
     """fair's bound B (`policy.fair.fair_bound`: S + Qw (3D + 2S + 4), or
-    where max_loras >= N and the cap cannot block r* S + Qw (D + S + 2),
-    S + Qw (2D + S + 3) under async)
+    S + Qw (D + S + 2) where max_loras >= N and the cap cannot block r*)
     for the config values of `b` that make it smallest, with Q and Qw both
     R by default (at most R requests are ever present at once). B shrinks
     as the budget or max_loras grows and grows with `max_num_seqs` (D and

@@ -231,7 +231,7 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
       t1 + G1 while r* waits, G1 = `victim_steps(D, S)` = D + S + 1;
     - `star_admitted_within_G`: r* chosen at t0 is admitted (or aborted) by
       t0 + G, G = `guard_steps` = 3D + S + 4, or where the cap cannot block
-      r* (max_loras >= N) D + 2 (synchronous) or 2D + 3 (async)."""
+      r* (max_loras >= N) D + 2."""
     g, st_ = sched.gate.guard, sched.state
     if g is None:
         return None

@@ -286,10 +286,10 @@ class FairGuard:
 def drain_steps(config: Config, *, max_prompt: int, max_output: int, queue: int | None = None) -> int:
     """D of the module docstring: the most steps a request stays in `running`
     (N is `max_num_seqs`, or Q when fewer requests are ever present)."""
-    return prefill_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue) + (max_output - 1)
+    return non_decode_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue) + (max_output - 1)
 
 
-def prefill_steps(config: Config, *, max_prompt: int, max_output: int, queue: int | None = None) -> int:
+def non_decode_steps(config: Config, *, max_prompt: int, max_output: int, queue: int | None = None) -> int:
     """D0 of the module docstring: D less the L - 1 decodes (a request admitted
     with o outputs left stays in `running` at most D0 + o - 1 steps)."""
     work = max_prompt + max_output - 1

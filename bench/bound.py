@@ -20,7 +20,9 @@ only those figures and does not shrink as they grow. Two witnesses are
 sought: one that also keeps the number of adapters (a floor under a bound
 linear in the adapters waiting ahead as well), and, where that one does
 not settle the verdict, one within B's own figures only, free to use up
-to one adapter per request (`free=True`). When a witness waits more than
+to one adapter per request (`free=True`); where the first leaves the
+verdict open, both also try streams that keep the slots busy in front of
+the waiting block (`stream_candidates`). When a witness waits more than
 4x the family's worst wait, no bound in its figures is within 4x there
 (`Tightness.verdict` "unreachable"; `Tightness.reads` says which figures);
 when B is within 4x, "within"; otherwise "open" (B may be loose, or the
@@ -36,6 +38,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
+from itertools import chain
 from pathlib import Path
 
 from lora_sched.bench.families import FAMILY_DIR, all_families
@@ -215,6 +218,33 @@ def witness_candidates(cfg: Config, fig: Figures) -> Iterator[list[Request]]:
             yield first + rest
 
 
+STREAM_PERIODS = (1, 2, 4)  # steps between a slot holder's stream requests
+
+
+def stream_candidates(cfg: Config, fig: Figures) -> Iterator[list[Request]]:
+    """Workloads that keep the LoRA slots busy (`vllm`'s starvation shape):
+    each of `max_loras` adapters sends an L-output request every p steps for
+    a while, and from step 2 a block of k requests of the other adapters,
+    in turn, waits behind them. Under fair each of the block is put first in
+    its turn and waits for a victim's drain and the gap after the guard
+    before it; with one adapter per request that is one guard per request,
+    which is what B charges. Only shapes whose streams fit in Q beside the
+    block are built (m ceil(L / p) + k <= Q)."""
+    m, L, P = cfg.max_loras, fig.output, fig.prompt
+    others = fig.adapters - m
+    if others < 1:
+        return
+    for period in STREAM_PERIODS:
+        for frac in (1.0, 0.5):
+            k = max(1, int(min(fig.waiting, fig.present) * frac))
+            if m * -(-L // period) + k > fig.present:
+                continue
+            for horizon in (4 * L, 16 * L):
+                streams = [Request(f"s{a}_{t}", a, 1, L, t) for a in range(1, m + 1) for t in range(1, horizon, period)]
+                block = [Request(f"w{i}", m + 1 + i % others, P if i % 2 else 1, L, 2) for i in range(k)]
+                yield streams + block
+
+
 def _mutate_within(rng: random.Random, reqs: list[Request], fig: Figures, fresh: int) -> list[Request]:
     out = list(reqs)
     top = max(1, fig.adapters)
@@ -250,8 +280,9 @@ class Witness:
 
 
 def witness(cfg: Config, fig: Figures, *, climb_iters: int = 0, seed: int = 0, free: bool = False,
-            enough: int | None = None) -> Witness | None:
-    """The best of `witness_candidates` that stays within `fig`, then (with
+            enough: int | None = None, streams: bool = False) -> Witness | None:
+    """The best of `witness_candidates` (and, with `streams`,
+    `stream_candidates`) that stays within `fig`, then (with
     `climb_iters`) hill-climbed on fair's worst wait, every step kept within
     `fig` (a mutation that exceeds a figure is thrown away), until it waits
     longer than `enough` when that is given. With `free`, within B's own
@@ -259,7 +290,7 @@ def witness(cfg: Config, fig: Figures, *, climb_iters: int = 0, seed: int = 0, f
     beyond the `max_loras` that hold the slots."""
     target = replace(fig, adapters=fig.waiting + cfg.max_loras + 1) if free and fig.adapters else fig
     best: Witness | None = None
-    for cand in witness_candidates(cfg, target):
+    for cand in chain(witness_candidates(cfg, target), stream_candidates(cfg, target) if streams else ()):
         got = _fair_run(cfg, cand)
         if got is not None and not fig.exceeded_by(got[1], adapters=not free) and (best is None or got[0] > best.wait):
             best = Witness(got[0], got[1], cand)
@@ -333,14 +364,21 @@ def tightness(family: str, cfg: Config, reqs: list[Request], *, climb_iters: int
 def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: int = 0, seed: int = 0) -> Tightness:
     """`Tightness` from a run's figures and fair's worst wait there: the
     witness that keeps the adapters, then, where it does not settle the
-    verdict, the free one (climbed only until it settles it)."""
+    verdict, the slot-holding streams (`stream_candidates`) with the
+    adapters kept, then the free witness, streams included (climbed only
+    until it settles the verdict)."""
     fair_cfg = replace(cfg, policy="fair")
     w = witness(fair_cfg, fig, climb_iters=climb_iters, seed=seed)
     t = Tightness(family, worst, bound_at(cfg, fig), fig, 0, 0) if w is None else \
         Tightness(family, worst, bound_at(cfg, fig), fig, w.wait, bound_at(cfg, w.figures))
     if t.verdict != "open":
         return t
-    f = witness(fair_cfg, fig, climb_iters=climb_iters, seed=seed, free=True, enough=WITHIN * worst)
+    s = witness(fair_cfg, fig, streams=True)  # the slot-holding streams, adapters kept
+    if s is not None and s.wait > t.witness_wait:
+        t = replace(t, witness_wait=s.wait, witness_bound=bound_at(cfg, s.figures))
+        if t.verdict != "open":
+            return t
+    f = witness(fair_cfg, fig, climb_iters=climb_iters, seed=seed, free=True, enough=WITHIN * worst, streams=True)
     return t if f is None else replace(t, free_wait=f.wait, free_bound=bound_at(cfg, f.figures))
 
 

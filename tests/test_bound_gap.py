@@ -139,3 +139,23 @@ def test_a_witness_within_b_figures_settles_what_the_adapter_count_does_not() ->
     b = fair_bound(replace(cfg, policy="fair"), queue=figs["present"], waiting=figs["waiting"],
                    max_prompt=figs["prompt"], max_output=figs["output"])
     assert wait <= b
+
+
+def test_slot_holding_streams_settle_a_family_with_its_adapter_count_kept() -> None:
+    """On `adv-online2-x` the built witnesses stay under 4x its worst wait,
+    but streams that keep the slots busy in front of a waiting block, with
+    the family's own number of adapters, make fair wait more than 4x: no
+    bound in (Q, Qw, P, L, adapters) is within 4x there. The stream
+    witness's wait and figures are measured here from the records."""
+    name = "adv-online2-x"
+    _, cfg, reqs, _ = load(FAMILY_DIR / f"{name}.json")
+    t = gap.tightness(name, cfg, reqs)
+    assert (t.verdict, t.reads) == ("unreachable", "Q,Qw,P,L,A"), t
+    plain = gap.witness(replace(cfg, policy="fair"), t.figures)
+    assert plain is not None and plain.wait <= gap.WITHIN * t.worst  # without the streams it stays open
+    w = gap.witness(replace(cfg, policy="fair"), t.figures, streams=True)
+    assert w is not None
+    wait, figs = _measured(cfg, w.requests)
+    family = _measured(cfg, reqs)[1]
+    assert wait == t.witness_wait > gap.WITHIN * t.worst
+    assert all(figs[k] <= family[k] for k in family), (figs, family)

@@ -36,7 +36,7 @@ slack is.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from itertools import chain
 from pathlib import Path
@@ -279,9 +279,12 @@ class Witness:
     requests: list[Request]
 
 
+Shape = Callable[[Config, Figures], Iterator[list[Request]]]  # a builder of witness candidates
+
+
 def witness(cfg: Config, fig: Figures, *, climb_iters: int = 0, seed: int = 0, free: bool = False,
-            enough: int | None = None, streams: bool = False) -> Witness | None:
-    """The best of `witness_candidates` (and, with `streams`,
+            enough: int | None = None, shapes: tuple[Shape, ...] | None = None) -> Witness | None:
+    """The best candidate of `shapes` (default `witness_candidates`; also
     `stream_candidates`) that stays within `fig`, then (with
     `climb_iters`) hill-climbed on fair's worst wait, every step kept within
     `fig` (a mutation that exceeds a figure is thrown away), until it waits
@@ -290,7 +293,7 @@ def witness(cfg: Config, fig: Figures, *, climb_iters: int = 0, seed: int = 0, f
     beyond the `max_loras` that hold the slots."""
     target = replace(fig, adapters=fig.waiting + cfg.max_loras + 1) if free and fig.adapters else fig
     best: Witness | None = None
-    for cand in chain(witness_candidates(cfg, target), stream_candidates(cfg, target) if streams else ()):
+    for cand in chain.from_iterable(shape(cfg, target) for shape in shapes or (witness_candidates,)):
         got = _fair_run(cfg, cand)
         if got is not None and not fig.exceeded_by(got[1], adapters=not free) and (best is None or got[0] > best.wait):
             best = Witness(got[0], got[1], cand)
@@ -373,12 +376,13 @@ def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: in
         Tightness(family, worst, bound_at(cfg, fig), fig, w.wait, bound_at(cfg, w.figures))
     if t.verdict != "open":
         return t
-    s = witness(fair_cfg, fig, streams=True)  # the slot-holding streams, adapters kept
+    s = witness(fair_cfg, fig, shapes=(stream_candidates,))  # the slot-holding streams, adapters kept
     if s is not None and s.wait > t.witness_wait:
         t = replace(t, witness_wait=s.wait, witness_bound=bound_at(cfg, s.figures))
         if t.verdict != "open":
             return t
-    f = witness(fair_cfg, fig, climb_iters=climb_iters, seed=seed, free=True, enough=WITHIN * worst, streams=True)
+    f = witness(fair_cfg, fig, climb_iters=climb_iters, seed=seed, free=True, enough=WITHIN * worst,
+                shapes=(witness_candidates, stream_candidates))
     return t if f is None else replace(t, free_wait=f.wait, free_bound=bound_at(cfg, f.figures))
 
 

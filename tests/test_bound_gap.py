@@ -1,8 +1,9 @@
 """Is "B within 4x of the worst wait" reachable? `bench.bound`'s witnesses.
 
 A witness is a workload on a family's configuration whose figures (Q, Qw,
-P, L, adapters) are within the family's run's; fair's wait on it is a lower
-bound on every sound bound in those figures. These tests re-run each
+P, L, and the number of adapters, or B's own Q, Qw, P, L only for the
+"free" witness) are within the family's run's; fair's wait on it is a
+lower bound on every sound bound in those figures. These tests re-run each
 witness and measure its figures from the step records themselves, so the
 verdicts do not rest on the code that produced them; and they plant a
 figure check that lets a witness through, and a bound below a witness, to
@@ -153,7 +154,7 @@ def test_slot_holding_streams_settle_a_family_with_its_adapter_count_kept() -> N
     assert (t.verdict, t.reads) == ("unreachable", "Q,Qw,P,L,A"), t
     plain = gap.witness(replace(cfg, policy="fair"), t.figures)
     assert plain is not None and plain.wait <= gap.WITHIN * t.worst  # without the streams it stays open
-    w = gap.witness(replace(cfg, policy="fair"), t.figures, streams=True)
+    w = gap.witness(replace(cfg, policy="fair"), t.figures, shapes=(gap.stream_candidates,))
     assert w is not None
     wait, figs = _measured(cfg, w.requests)
     family = _measured(cfg, reqs)[1]

@@ -22,18 +22,19 @@ vLLM's `assert len(scheduled_loras) <= max_loras` cannot fire.
    apart). The scan visits r* first; if capacity stops it (seats, budget,
    KV for its whole sequence, no chunking, the throttle), the scan stops
    there, as vLLM's own stops do.
-2. **One victim drains.** If the cap blocks r* and no victim holds a slot,
-   the adapter holding a slot whose longest-running request has the fewest
-   outputs left becomes the victim (then fewest waiting requests, then
-   smallest id), with the *deadline* step + those outputs left + S: the
-   step by which its slot frees if nothing of it joins, plus S. Until r* is
-   admitted the victim's waiting requests are held; every other adapter
-   keeps flowing.
-3. **What ends by the deadline is not held.** A waiting request of the
-   victim whose outputs left fit before the deadline (step + outputs left
-   <= deadline) is let in. Within a scan, once one of the victim's
-   requests is held, its later ones are held too, so FIFO within the
-   adapter holds.
+2. **The slots that can free by a deadline drain.** If the cap blocks r*
+   and no victim holds a slot, the *deadline* is the step + the fewest
+   outputs left of a slot holder's longest-running request + S (the step
+   by which the soonest slot frees if nothing of its adapter joins, plus
+   S), and every adapter holding a slot whose longest-running request ends
+   by the deadline is a *victim*. Every other adapter keeps flowing.
+3. **Only the last victim is held.** Until r* is admitted, a waiting request
+   of a victim whose outputs left fit before the deadline (step + outputs
+   left <= deadline) is let in. One that does not (*late*) is let in too
+   while another victim remains, and once it is admitted its adapter stops
+   being a victim; a late request of the last victim is held. Within a
+   scan, once one of an adapter's requests is held, its later ones are
+   held too, so FIFO within the adapter holds.
 
 Why these and no constant. r* first is what bounds a wait: each request
 that is older when it starves goes first, and a request becomes r* only
@@ -44,24 +45,29 @@ only the requests its first scan admitted, and the seats its held backlog
 would fill stay empty (v7, which had no gap, ran at 0.47-0.73 of vllm's
 throughput on max_loras-1 bursts); S, the time a request waits before it is
 put first, is also the time a new slot holder serves before it can be made
-a victim. The victim is the slot that frees
-soonest, since r* waits exactly that long for it; a slot whose holder keeps
-receiving requests never frees, which is `vllm`'s starvation, so holding
-the victim is what frees it. A request that ends by the slot's own freeing
-costs r* nothing (one output a step, the slot is held that long anyway),
-and one that ends within S steps after it costs r* at most S: the wait the
-knob already lets every request have before it is put first. A request
-held instead runs after r*, when its adapter gets a slot again: a switch
-back, often for that request alone, with the victim's seats empty in
-between (v8, whose deadline had no S, ran at 0.73-0.78 of vllm's
-throughput on nine max_loras 1-3 bursts that way). S trades wait for
+a victim. r* needs one slot. A slot whose holder keeps receiving requests
+never frees, which is `vllm`'s starvation, so holding is what frees it;
+the soonest slot is the one r* waits least for, and any slot that frees by
+the deadline serves r* as well. A request that ends by the soonest slot's
+own freeing costs r* nothing (one output a step, the slot is held that
+long anyway), and one that ends within S steps after it costs r* at most
+S: the wait the knob already lets every request have before it is put
+first. A request held instead runs after r*, when its adapter gets a slot
+again: a switch back, often for that request alone, with the victim's
+seats empty in between (v8, whose deadline had no S, ran at 0.73-0.78 of
+vllm's throughput on nine max_loras 1-3 bursts that way). So a late
+request is held only when letting it in would leave no slot that can free
+by the deadline: while another victim remains, holding it buys r* nothing
+(v9 held the soonest slot's late requests even while another slot was
+about to free, and ran at 0.74-0.77 of vllm's throughput on three bursts
+where the held request was the longest one present). S trades wait for
 throughput: a request that waited fewer than S steps is never put first
 and never causes a hold, a slot holder switched in for r* is not a victim
-for S steps, and a victim keeps its slot at most S steps past its own
+for S steps, and a victim keeps its slot at most S steps past the soonest
 freeing (S = 0: the oldest waiting request is always first, which makes
-the scan FCFS among requests the cap would block, and the victim drains
+the scan FCFS among requests the cap would block, and the victims drain
 exactly).
-The rule's history (v1-v9: what each added or dropped, and why) is in
+The rule's history (v1-v10: what each added or dropped, and why) is in
 `docs/fair-history.md`.
 
 Bound. Let P be the largest prompt, L the largest `max_tokens`,
@@ -88,15 +94,17 @@ Lemmas, each a monitor in `tests/test_state_machines.py`:
 - `star_first`: from the step r* is chosen, nobody is admitted before r*
   in a scan (r* is visited first; a capacity stop at r* ends the scan).
 - `victim_drains` (G1 = D + S + 1): a victim chosen at step t1, with
-  deadline t1 + l + S (l <= L its longest-running request's outputs
-  left), holds no slot after t1 + G1: its requests running at t1 have at
-  most l outputs left, so leave by t1 + D0 + l - 1; each one admitted at
-  t >= t1 has o outputs left with t + o <= the deadline, so leaves by
-  t + D0 + o - 1 <= t1 + l + S + D0 - 1 <= t1 + D + S.
+  deadline t1 + l + S (l <= L the fewest outputs left), holds no slot
+  after t1 + G1 while it is a victim: its requests running at t1 have at
+  most l + S outputs left (that is how it was chosen), so leave by
+  t1 + D0 + l + S - 1 <= t1 + D + S; each one admitted at t >= t1 while
+  it is a victim has o outputs left with t + o <= the deadline, so leaves
+  by t + D0 + o - 1 <= t1 + l + S + D0 - 1 <= t1 + D + S. A late request
+  is let in only while another victim remains, so one always remains.
 - `star_admitted_within_G` (G = 3D + S + 4 when max_loras < N): r* chosen
   at t0 is admitted by t0 + G. Until the cap blocks it, a capacity stop at
   r* admits nobody, so within D + 1 steps `running` empties or r* is in or
-  cap-blocked (t1); the victim's slot is free by t1 + G1 and nobody can
+  cap-blocked (t1); a victim's slot is free by t1 + G1 and nobody can
   take it first; then within D + 1 more steps capacity lets r* in. Where
   the cap cannot block r*, G = D + 2: nobody is admitted from t0 until r*
   (r* has no async output in flight when chosen, and a waiting request
@@ -163,7 +171,8 @@ class FairGuard:
     O(log W) per step, not a pass over the queue. Per scan it is told the
     step (`begin_scan`), the adapters holding a slot when the scan reaches
     r* (`visit_star`), asked about each request the scan reaches (`holds`),
-    and told of each admission (`admitted`).
+    and told of each admission (`admitted`) before the next request is
+    asked about (a late admission changes the victims).
     """
 
     starvation_steps: int
@@ -173,13 +182,14 @@ class FairGuard:
     star_adapter: int = 0
     chosen_at: int = 0  # the step r* was chosen (0: no r*)
     cool_until: int = 0  # no new r* before this step: S after the last r* was admitted
-    victims: set[int] = field(default_factory=set)  # the victim (at most one holds a slot)
-    deadline: dict[int, int] = field(default_factory=dict)  # victim -> step its slot frees if nothing joins, + S
+    victims: set[int] = field(default_factory=set)  # slot holders whose slot can free by the deadline
+    deadline: dict[int, int] = field(default_factory=dict)  # victim -> the deadline (one for all)
     step: int = 0
     backlog: dict[int, int] = field(default_factory=dict)  # adapter -> waiting requests
     _waiting: dict[str, tuple[int, int]] = field(default_factory=dict)  # rid -> (waiting since, adapter)
     _heaps: dict[int, list[tuple[int, int, str]]] = field(default_factory=dict)  # level -> (since, seq, rid)
     _held: set[int] = field(default_factory=set)  # victims with a request held in this scan (FIFO)
+    _late: dict[str, int] = field(default_factory=dict)  # this scan's requests let in past the deadline
 
     def enqueue(self, w: Waiting) -> None:
         """`w` joined `waiting` (arrival or preemption)."""
@@ -205,7 +215,7 @@ class FairGuard:
         """Find r* when a waiting scan starts (sticky until admitted); returns it,
         or None when there is none or it cannot be admitted this step (`stale`:
         its async output is in flight; it stays r*)."""
-        self.step, self._held = step, set()
+        self.step, self._held, self._late = step, set(), {}
         if self.star is not None and self.star not in self._waiting:
             self._clear()  # aborted (or admitted behind the guard's back)
         if self.star is None and step >= self.cool_until:  # guards are S apart
@@ -247,13 +257,14 @@ class FairGuard:
     def visit_star(self, left: dict[int, int]) -> None:
         """The scan reached r*; `left` maps each adapter holding a slot to the
         outputs its longest-running request has left. If the cap blocks r*
-        and no victim holds a slot, pick the victim and its deadline
-        (mechanism 2)."""
+        and no victim holds a slot, set the deadline (step + the fewest of
+        those + S) and make every slot holder whose slot frees by it a
+        victim (mechanism 2)."""
         active = set(left)
         if cap_blocks(active, self.star_adapter, self.max_loras) and not (self.victims & active):
-            victim = min(active, key=lambda a: (left[a], self.backlog.get(a, 0), a))
-            self.victims = {victim}
-            self.deadline = {victim: self.step + left[victim] + self.starvation_steps}
+            deadline = self.step + min(left.values()) + self.starvation_steps
+            self.victims = {a for a in active if self.step + left[a] <= deadline}
+            self.deadline = dict.fromkeys(self.victims, deadline)
 
     def drains(self, adapter: int, left: int) -> bool:
         """A request of victim `adapter` with `left` outputs left ends by the deadline."""
@@ -261,22 +272,35 @@ class FairGuard:
 
     def holds(self, rid: str, adapter: int, left: int) -> bool:
         """Is `rid` (of `adapter`, `left` outputs left) held for r*? Only a
-        victim's request, and only one that cannot end by the deadline or
-        comes after one of its adapter held in this scan (mechanism 3)."""
+        request of the last victim, and only one that cannot end by the
+        deadline or comes after one of its adapter held in this scan
+        (mechanism 3). A victim's request that cannot end by the deadline
+        while other victims remain is let in, and if it is admitted
+        (`admitted`) its adapter stops being a victim."""
         if self.star is None or rid == self.star or adapter not in self.victims:
             return False
-        if adapter in self._held or not self.drains(adapter, left):
-            self._held.add(adapter)
+        if adapter in self._held:
             return True
-        return False
+        if self.drains(adapter, left):
+            return False
+        if len(self.victims) > 1:
+            self._late[rid] = adapter
+            return False
+        self._held.add(adapter)
+        return True
 
     def admitted(self, rid: str) -> None:
         """`rid` got in (it leaves the index); when it is r*, the guard is over
-        and the next one waits S steps."""
+        and the next one waits S steps; when it is a victim's request that
+        cannot end by the deadline, its adapter stops being a victim."""
         self.dequeue(rid)
         if rid == self.star:
             self._clear()
             self.cool_until = self.step + self.starvation_steps
+        elif rid in self._late:
+            adapter = self._late.pop(rid)
+            self.victims.discard(adapter)
+            self.deadline.pop(adapter, None)
 
     def _clear(self) -> None:
         self.star, self.star_adapter, self.chosen_at = None, 0, 0
@@ -490,6 +514,7 @@ class FairHolds:
         self._base: set[int] = set()
         self._scanned = False
         self.held_ids: set[str] = set()  # the requests the guard holds in this step's scan
+        self._told: set[str] = set()  # this step's admissions told to the guard
 
     def begin(self, view: StepView) -> str | None:
         rec, cfg = view.rec, view.config
@@ -506,16 +531,28 @@ class FairHolds:
         star = g.begin_scan(rec.step, view.in_flight.__contains__)
         budget = cfg.max_num_batched_tokens - sum(n for r, n in rec.scheduled.items() if r not in rec.admitted)
         self._order = ([star] if star is not None else []) + [r for r in rec.waiting if r != star]
+        admitted = set(rec.admitted)
+        self._told = set()
         if star is not None and budget > 0 and len(running) < cfg.max_num_seqs:
             self.guard.visit_star(slot_outputs_left((view.adapter[r], view.outputs_left[r]) for r in running))
-            if star in rec.admitted:
-                self.guard.admitted(star)  # r* comes first: the rest of the scan runs without a guard
-        # `holds` in scan order, on the requests the scan judges (not r*, not stale)
-        self.held_ids = {r for r in self._order
-                       if r != star and r not in view.in_flight
-                       and self.guard.holds(r, view.adapter[r], view.outputs_left[r])}
+            if star in admitted:
+                self._tell(star)  # r* comes first: the rest of the scan runs without a guard
+        # `holds` in scan order, on the requests the scan judges (not r*, not
+        # stale), each admission told before the next request is judged
+        self.held_ids = set()
+        for r in self._order:
+            if r == star or r in view.in_flight:
+                continue
+            if self.guard.holds(r, view.adapter[r], view.outputs_left[r]):
+                self.held_ids.add(r)
+            elif r in admitted:
+                self._tell(r)
         self._scanned = True
         return star
+
+    def _tell(self, rid: str) -> None:
+        self.guard.admitted(rid)
+        self._told.add(rid)
 
     def hold(self, view: StepView, rid: str) -> str | None:
         if rid in self.held_ids:
@@ -526,8 +563,8 @@ class FairHolds:
         return "fair_cap" if cap_blocks(active, view.adapter[rid], view.config.max_loras) else None
 
     def end(self, view: StepView) -> None:
-        if self._scanned:  # the other admissions of the scan (r*'s came first, in `begin`)
+        if self._scanned:  # admissions `begin` did not judge (it tells the others in scan order)
             for rid in view.rec.admitted:
-                if rid != self.guard.star:
+                if rid not in self._told:
                     self.guard.admitted(rid)
         self._scanned = False

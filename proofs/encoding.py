@@ -432,7 +432,7 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     after arrivals, the adapters `C0` of every running request, and the
     budget `B0` and seats `seats0` the running phase left.
 
-    begin_scan: r* is kept while it is waiting (sticky, with its victim and
+    begin_scan: r* is kept while it is waiting (sticky, with its victims and
     deadline); otherwise, once `step >= cool_until` (S after the last r* was
     admitted: guards are S apart), it is the oldest waiting request (any
     adapter, base included) that waited `step - waiting_since >= S` (state
@@ -440,15 +440,18 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     waiting_since, seq) (in the fast path, without preemption or
     priorities, that is the first such slot).
     visit_star: the scan reaches r* when budget and seats remain; if the LoRA
-    cap over `C0` blocks r* and no current victim is in `C0`, the adapter of
-    `C0` with the smallest (outputs left of its longest-running request;
-    backlog: its waiting requests other than r*; id) becomes the victim,
-    with deadline `step + outputs left + S`.
-    holds: a waiting request of the victim other than r* is held unless it
-    and every waiting request of its adapter ahead of it (`ahead`: queue
-    order, by default `queue_before`; slot order in the fast path) can end
-    by the deadline (`step + max_tokens - generated <= deadline`, a drain
-    admission).
+    cap over `C0` blocks r* and no current victim is in `C0`, the deadline
+    is `step + fewest + S` (fewest: the outputs left of the longest-running
+    request of the adapter of `C0` with the fewest) and every adapter of
+    `C0` whose longest-running request ends by it becomes a victim.
+    holds (`FairStart.held`, given the requests the scan admitted ahead): a
+    waiting request other than r* is held when its adapter is the last
+    victim left and it or a waiting request of its adapter ahead of it
+    (`ahead`: queue order, by default `queue_before`; slot order in the fast
+    path) cannot end by the deadline (`step + max_tokens - generated <=
+    deadline` fails: it is *late*); a late request admitted while other
+    victims remain drops its adapter from the victims
+    (`FairStart.victims_after`).
 
     Shared, like `FairGuard`, by the encoded scan and by the declared holds
     of `no_hol_blocking` (as `FairHolds` runs `FairGuard` on a trace).
@@ -501,47 +504,66 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
             here = z3.And(m.R[i], p.is_a[i][a])
             best = z3.If(z3.And(here, left[i] > best), left[i], best)
         slot_left.append(best)
-    backlog = [_count([z3.And(m.W[i], p.is_a[i][a], z3.Not(r_star[i])) for i in rng]) for a in range(A)]
-
-    def before(a: int, c: int) -> z3.BoolRef:  # victim key (slot_left, backlog, id) of a < that of c
-        return z3.Or(slot_left[a] < slot_left[c],
-                     z3.And(slot_left[a] == slot_left[c], z3.Or(backlog[a] < backlog[c],
-                                                                z3.And(backlog[a] == backlog[c], a < c))))
-
-    pick = [z3.And(add, C0[a], *[z3.Implies(C0[c], before(a, c)) for c in range(A) if c != a]) for a in range(A)]
-    V2 = [z3.If(add, pick[a], V1[a]) for a in range(A)]
-    DL2 = [z3.If(add, z3.If(pick[a], t + slot_left[a] + p.S, 0), DL1[a]) for a in range(A)]
+    fewest: z3.ArithRef = z3.IntVal(NO_SLOT)
+    for a in range(A):
+        fewest = z3.If(z3.And(C0[a], slot_left[a] < fewest), slot_left[a], fewest)
+    dl = t + fewest + p.S
+    V2 = [z3.If(add, z3.And(C0[a], t + slot_left[a] <= dl), V1[a]) for a in range(A)]
+    DL2 = [z3.If(add, z3.If(V2[a], dl, 0), DL1[a]) for a in range(A)]
     dl_of = [z3.Sum([z3.If(p.is_a[i][a], DL2[a], 0) for a in range(A)]) for i in rng]  # deadline of i's adapter
     fits = [z3.And(dl_of[i] > 0, t + left[i] <= dl_of[i]) for i in rng]
     if mutant == "drain_unbounded":  # every request of the victim drains, whatever its length
         fits = [z3.BoolVal(True) for _ in rng]
     late = [z3.And(m.W[i], z3.Not(r_star[i]), z3.Not(fits[i])) for i in rng]
-    held = [z3.And(has_star, z3.Not(r_star[i]), _in(p, i, V2),
-                   z3.Or(late[i], *[z3.And(late[j], p.adapter[j] == p.adapter[i], ahead(j, i))
-                                    for j in rng if j != i]))
-            for i in rng]
+    behind = [z3.And(has_star, z3.Not(r_star[i]),
+                     z3.Or(late[i], *[z3.And(late[j], p.adapter[j] == p.adapter[i], ahead(j, i))
+                                      for j in rng if j != i]))
+              for i in rng]
     chosen_at = z3.If(sticky, m.ZT, t)  # `FairGuard.chosen_at`
-    return FairStart(r_star, has_star, V2, reach, blocked, held, DL2, chosen_at)
+    return FairStart(p, r_star, has_star, V2, reach, blocked, late, behind, DL2, chosen_at,
+                     keep_late=mutant == "late_kept")
 
 
 @dataclass
 class FairStart:
     """fair's guard once r* is chosen and visited (see `fair_guard`)."""
 
+    p: Params
     r_star: list[z3.BoolRef]
     has_star: z3.BoolRef
-    victims: list[z3.BoolRef]  # after visit_star
+    victims: list[z3.BoolRef]  # after visit_star, before the scan admits
     reach: z3.BoolRef  # the scan reaches r* (budget and a seat left)
     cap_blocked: z3.BoolRef  # the LoRA cap blocks r*
-    held: list[z3.BoolRef]  # held[i]: the guard holds i while r* waits
+    late: list[z3.BoolRef]  # late[i]: i waits and cannot end by its adapter's deadline (if a victim's)
+    behind: list[z3.BoolRef]  # behind[i]: i or one of its adapter ahead of it is late
     deadline: list[z3.ArithRef]  # per adapter after visit_star, 0 = none
     chosen_at: z3.ArithRef  # the step r* was chosen (this one when it is new)
+    keep_late: bool = False  # mutant late_kept: a late admission does not drop its adapter
+
+    def victims_after(self, admitted: list[tuple[int, z3.BoolRef]]) -> list[z3.BoolRef]:
+        """The victims once the requests `admitted` (j, admitted) are in: an
+        adapter with a late request admitted stops being a victim."""
+        p = self.p
+        if self.keep_late:
+            return list(self.victims)
+        return [z3.And(self.victims[a], *[z3.Not(z3.And(c, self.late[j], p.is_a[j][a])) for j, c in admitted])
+                for a in range(p.b.adapters)]
+
+    def held(self, i: int, admitted: list[tuple[int, z3.BoolRef]]) -> z3.BoolRef:
+        """`FairGuard.holds` for i, the requests `admitted` (j, admitted)
+        ahead of it in the scan: i's adapter is the last victim left, and i
+        or one of its adapter ahead of it is late."""
+        vs = self.victims_after(admitted)
+        return z3.And(self.behind[i], _in(self.p, i, vs), _count(vs) == 1)
+
+
+NO_SLOT = 1 << 30  # above any outputs left: the fewest outputs left over no slot
 
 
 MUTANTS = ("cap_early", "cap_late", "seats_unchecked", "budget_plus_one", "fifo_reversed",
            "drop_running", "guard_off", "star_youngest", "star_lora_only", "throttle_ignored", "async_no_skip",
            "kv_unchecked", "victim_head", "preempt_to_tail", "priority_ignored", "star_priority_ignored",
-           "star_not_sticky", "drain_unbounded", "gap_forever")
+           "star_not_sticky", "drain_unbounded", "gap_forever", "late_kept")
 
 
 def decoding(p: Params, m: Mid, i: int) -> z3.BoolRef:
@@ -725,8 +747,6 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
     # requests are held while r* waits, but those that end by the deadline.
     r_star = [z3.BoolVal(False) for _ in rng]
     held_on: z3.BoolRef = z3.BoolVal(False)
-    V2 = [z3.BoolVal(False) for _ in range(A)]
-    held = [z3.BoolVal(False) for _ in rng]
     B, seats = B0, seats0
     L = C0 if policy == "fair" else L0
     adm0 = [z3.BoolVal(False) for _ in rng]
@@ -736,7 +756,7 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
     g = None
     if policy == "fair":
         g = fair_guard(p, m, C0, B0, seats0, mut)
-        r_star, V2, held = g.r_star, g.victims, g.held
+        r_star = g.r_star
     if policy == "fair" and not b.general:
         reach = z3.And(g.has_star, B0 > 0, seat_free(seats0))
         blocked = z3.And(g.has_star, z3.Not(z3.Or([z3.And(r_star[i], z3.Not(cap(i, C0))) for i in rng])))
@@ -758,6 +778,7 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
     adm = list(adm0)
     nw: list[z3.ArithRef] = [z3.If(adm0[i], take(i, B0), 0) for i in rng]
     scan_idx: list[z3.ArithRef] = [z3.IntVal(0) for _ in rng]
+    seen: list[tuple[int, z3.BoolRef]] = []  # (request, admitted) in scan order, for the guard's holds
     if not b.general:
         # --- waiting scan in queue (slot) order.
         for i in (reversed(rng) if mut == "fifo_reversed" else rng):
@@ -765,10 +786,11 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
             cs.append(bi == B)
             visited = z3.And(m.W[i], z3.Not(r_star[i]), z3.Not(stop), bi > 0, seat_free(seats))
             capb = cap(i, L)
-            guard = z3.And(held_on, held[i])
+            guard = z3.And(held_on, g.held(i, seen)) if g is not None else z3.BoolVal(False)
             gate_skip = z3.Or(guard, capb) if policy != "blocking" else z3.BoolVal(False)
             gate_stop = capb if policy == "blocking" else z3.BoolVal(False)
             a_i = z3.And(visited, z3.Not(gate_skip), z3.Not(gate_stop), z3.Not(throttle_stop(i)))
+            seen.append((i, a_i))
             skipped[i] = z3.Or(skipped[i], z3.And(visited, gate_skip))
             stop = z3.Or(stop, z3.And(visited, z3.Not(gate_skip), z3.Or(gate_stop, throttle_stop(i))))
             n_i = z3.If(a_i, take(i, bi), 0)
@@ -805,7 +827,7 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
             stopped = z3.Or([z3.And(c, stp[j]) for j, c in bef])
             visited = z3.And(z3.Not(any_pre), m.W[i], z3.Not(stopped), bi > 0, seat_free(seats_i))
             capb = cap(i, L_i)
-            guard = z3.And(held_on, held[i])
+            guard = z3.And(held_on, g.held(i, ab)) if g is not None else z3.BoolVal(False)
             gate_skip = z3.Or(guard, capb) if policy != "blocking" else z3.BoolVal(False)
             gate_stop = capb if policy == "blocking" else z3.BoolVal(False)
             kvstop = z3.BoolVal(False)
@@ -881,11 +903,12 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
     if policy == "fair":
         # FairGuard runs only in a step that scans (none after a preemption).
         frozen = z3.Or(idle, any_pre)
+        V3 = g.victims_after([(i, adm[i]) for i in rng])  # late admissions drop their adapters
         for i in rng:
             cs.append(s2.Z[i] == z3.If(frozen, m.Z[i], z3.And(r_star[i], z3.Not(ok0))))
         for a in range(A):
-            cs.append(s2.V[a] == z3.If(frozen, m.V[a], z3.And(V2[a], z3.Not(ok0))))
-            cs.append(s2.DL[a] == z3.If(frozen, m.DL[a], z3.If(ok0, 0, g.deadline[a])))
+            cs.append(s2.V[a] == z3.If(frozen, m.V[a], z3.And(V3[a], z3.Not(ok0))))
+            cs.append(s2.DL[a] == z3.If(frozen, m.DL[a], z3.If(z3.And(V3[a], z3.Not(ok0)), g.deadline[a], 0)))
         cs.append(s2.ZT == z3.If(frozen, m.ZT, z3.If(z3.And(g.has_star, z3.Not(ok0)), g.chosen_at, 0)))
         cs.append(s2.CU == z3.If(frozen, m.CU, z3.If(z3.And(g.has_star, ok0), t + p.S, m.CU)))
     else:
@@ -991,14 +1014,15 @@ def prop_no_hol_blocking(p: Params, aux: StepAux) -> z3.BoolRef:
     loras = [z3.Or([z3.And(running_sched[i], p.is_a[i][a]) for i in rng]) for a in range(A)]
     active = [z3.Or([z3.And(m.R[i], p.is_a[i][a]) for i in rng]) for a in range(A)]  # fair's cap set
     first = [z3.BoolVal(False) for _ in rng]
-    guard_held = [z3.BoolVal(False) for _ in rng]
     fair = aux.policy == "fair"
+    g: FairStart | None = None
+    on: z3.BoolRef = z3.BoolVal(False)
     if fair:
         g = fair_guard(p, m, active, budget, seats)
         first = g.r_star
         star_admitted = z3.Or([z3.And(first[i], aux.admitted[i]) for i in rng])
         on = z3.And(g.has_star, z3.Not(star_admitted))
-        guard_held = [z3.And(on, g.held[i]) for i in rng]
+    seen: list[tuple[int, z3.BoolRef]] = []  # (request, admitted) replayed so far, for the guard's holds
     bad: list[z3.BoolRef] = []
     stopped: z3.BoolRef = z3.BoolVal(False)
 
@@ -1008,12 +1032,14 @@ def prop_no_hol_blocking(p: Params, aux: StepAux) -> z3.BoolRef:
     def visit(i: int, here: z3.BoolRef) -> None:
         nonlocal budget, seats, loras, active, stopped
         alive = z3.And(z3.Not(stopped), budget > 0, seats < p.N)
+        guard_held = z3.And(on, g.held(i, seen)) if g is not None else z3.BoolVal(False)
         passed = z3.And(here, alive, m.W[i], z3.Not(aux.admitted[i]), z3.Not(blocks(i, loras)),
-                        z3.Not(guard_held[i]), z3.Not(blocks(i, active)) if fair else z3.BoolVal(True))
+                        z3.Not(guard_held), z3.Not(blocks(i, active)) if fair else z3.BoolVal(True))
         throttle_stop = z3.And(m.throttle, p.prompt[i] + m.generated[i] - m.computed[i] > 1)
         bad.append(z3.And(passed, z3.Not(throttle_stop)))
         stopped = z3.Or(stopped, z3.And(passed, throttle_stop))
         adm = z3.And(here, aux.admitted[i])
+        seen.append((i, adm))
         budget = budget - z3.If(adm, aux.n[i], 0)
         seats = seats + z3.If(adm, 1, 0)
         loras = [z3.Or(loras[a], z3.And(adm, p.is_a[i][a])) for a in range(A)]
@@ -1067,13 +1093,13 @@ def _no_hol_general(p: Params, aux: StepAux) -> z3.BoolRef:
     used0 = z3.Sum([z3.If(m.R[i], blocks_for(b, m.computed[i] + n[i]), 0) for i in rng])
     fair = aux.policy == "fair"
     first = [z3.BoolVal(False) for _ in rng]
-    guard_held = [z3.BoolVal(False) for _ in rng]
+    g: FairStart | None = None
+    on: z3.BoolRef = z3.BoolVal(False)
     if fair:
         g = fair_guard(p, m, active0, budget0, seats0, ahead=lambda j, i: spec_queue_before(p, m, j, i))
         first = g.r_star
         star_admitted = z3.Or([z3.And(first[i], aux.admitted[i]) for i in rng])
         on = z3.And(g.has_star, z3.Not(star_admitted))
-        guard_held = [z3.And(on, g.held[i]) for i in rng]
 
     def before(j: int, i: int) -> z3.BoolRef:
         v = spec_queue_before(p, m, j, i)
@@ -1089,7 +1115,8 @@ def _no_hol_general(p: Params, aux: StepAux) -> z3.BoolRef:
         seats = seats0 + _count([c for _, c in ab])
         loras = [z3.Or(loras0[a], *[z3.And(c, p.is_a[j][a]) for j, c in ab]) for a in range(A)]
         active = [z3.Or(active0[a], *[z3.And(c, p.is_a[j][a]) for j, c in ab]) for a in range(A)]
-        ok = z3.And(m.W[i], z3.Not(aux.admitted[i]), z3.Not(blocked(i, loras)), z3.Not(guard_held[i]),
+        guard_held = z3.And(on, g.held(i, ab)) if g is not None else z3.BoolVal(False)
+        ok = z3.And(m.W[i], z3.Not(aux.admitted[i]), z3.Not(blocked(i, loras)), z3.Not(guard_held),
                     z3.Not(blocked(i, active)) if fair else z3.BoolVal(True))
         stop = z3.And(m.throttle, p.prompt[i] + m.generated[i] - m.computed[i] > 1)
         if b.kv_blocks is not None:

@@ -46,6 +46,14 @@ WAIT_WORST = 3
 # last, so the rule's worst wait there (4) is also the mutants'.
 WAIT_S1 = replace(WAIT, starvation_steps=(1, 1))
 WAIT_S1_WORST = 3  # the real rule's tight worst wait there (proofs/manifest.json, fair-wait-S1)
+# Two LoRA slots, three adapters: both slot holders can free by the deadline,
+# so both are victims, and each gets a late request (2 outputs, past the
+# deadline at S = 0). The rule lets one in (its adapter stops being a victim)
+# and holds the other, whose slot frees for r*: no request waits more than
+# `VICTIMS_WORST` steps (the tight worst case here, a bound of 1 is broken).
+VICTIMS = enc.Bounds(requests=5, adapters=3, max_prompt=1, max_output=2, max_loras=(2, 2), max_num_seqs=(5, 5),
+                     max_num_batched_tokens=(8, 8), starvation_steps=(0, 0), last_arrival=2)
+VICTIMS_WORST = 2
 # A finite KV pool (preemption) and the priority queue: the general mode.
 KV = replace(SMALL, kv_blocks=(1, 4))
 PRIO = replace(SMALL, priority=True)
@@ -87,6 +95,9 @@ CATALOGUE: tuple[Mutant, ...] = (
            "fair", "bounded_wait", WAIT_S1, 12, WAIT_S1_WORST),
     Mutant("drain_unbounded_s1", "fair's drain admission lets in every request of the victim, at S = 1",
            "fair", "bounded_wait", WAIT_S1, 12, WAIT_S1_WORST),
+    Mutant("late_kept", "fair's victims stay victims when they let a late request in (so every victim may "
+           "let one in, and no slot frees by the deadline)",
+           "fair", "bounded_wait", VICTIMS, 8, VICTIMS_WORST),
     Mutant("gap_forever", "fair's gap after a guard never ends (after the first r*, no request is put first again)",
            "fair", "bounded_wait", WAIT, 10, WAIT_WORST),
     Mutant("star_youngest", "fair's r* is the youngest starving request instead of the oldest",

@@ -42,19 +42,6 @@ class UnboundedDrainGate(FairGate):
     guard_class = UnboundedDrainGuard
 
 
-class LastFreeVictimGuard(FairGuard):
-    """Mechanism 2 with the wrong victim: the adapter whose slot frees *last*."""
-
-    def visit_star(self, left: dict[int, int]) -> None:
-        super().visit_star({a: -n for a, n in left.items()})
-        for a in self.deadline:  # the deadline from the real outputs left
-            self.deadline[a] = self.step + left[a] + self.starvation_steps
-
-
-class LastFreeVictimGate(FairGate):
-    guard_class = LastFreeVictimGuard
-
-
 class NotFirstGate(FairGate):
     """Mechanism 1 without its order: r* is chosen but the scan visits the
     queue in its own order, so requests ahead of r* are admitted first."""
@@ -77,3 +64,17 @@ class NoGapGuard(FairGuard):
 
 class NoGapGate(FairGate):
     guard_class = NoGapGuard
+
+
+class KeepLateVictimGuard(FairGuard):
+    """Mechanism 3 without its drop: a victim that lets a late request in
+    stays a victim, so while two victims remain each lets the other's late
+    requests in, neither slot frees by the deadline, and r* waits on both."""
+
+    def admitted(self, rid: str) -> None:
+        self._late.pop(rid, None)
+        super().admitted(rid)
+
+
+class KeepLateVictimGate(FairGate):
+    guard_class = KeepLateVictimGuard

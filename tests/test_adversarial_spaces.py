@@ -114,7 +114,7 @@ def test_space_families_load_name_their_space_and_evaluate(tmp_path):
         fb = raw["found_by"]
         inst = Instance(cfg, tuple(reqs))
         assert space_of(cfg) == fb["space"] and accepts(inst), name
-        assert cfg.vllm == fb["vllm"] and fb["found_against"] in ("fair v7", "fair v8", "fair v9"), name
+        assert cfg.vllm == fb["vllm"] and fb["found_against"] in ("fair v7", "fair v8", "fair v9", "fair v10"), name
         version = fb["found_against"].split()[1]
         stem = f"adv-fair{version}-{fb['space']}-{fb['objective']}"
         assert name == path.stem and (name == stem or name.startswith(stem + "-")), name  # `--suffix` ends some
@@ -127,8 +127,8 @@ def test_space_families_load_name_their_space_and_evaluate(tmp_path):
     assert {r["family"] for r in rows} == {p.stem for p in SPACE_FAMILIES}
     by = {r["family"]: r for r in rows}
     assert all(r["space"] != "base" for r in rows)
-    # v9 was designed on the families found against v7 and v8; those found against v9 are held out
-    assert all(r["design"] == ("fairv9" not in name) for name, r in by.items())
+    # v10 was designed on the families found against v7, v8 and v9; those found against v10 are held out
+    assert all(r["design"] == ("fairv10" not in name) for name, r in by.items())
     assert all(set(r["field"]) == {"drainer", "timeslice"} for r in rows)
 
 
@@ -164,16 +164,16 @@ def test_vllm_runs_the_space_families_and_random_instances(tmp_path):
 
 def test_goals_cli_prints_both_sets(tmp_path, capsys):
     """`bench --adversarial --goals`: the coded families and those of the
-    directory, split into design (found against v1-v5, v7 and v8) and held out, each row
-    with its verdict."""
+    directory, split into design (every family saved before fair v10) and
+    held out (found against v10), each row with its verdict."""
     from lora_sched.bench.families import coded_families
 
-    for name in ("adv-fairv9-wait.json", "adv-fairv8-async-wait.json", "adv-fairv5-wait.json"):
+    for name in ("adv-fairv10-wait.json", "adv-fairv8-async-wait.json", "adv-fairv5-wait.json"):
         (tmp_path / name).write_text((FAMILY_DIR / name).read_text())
     assert cli_main(["bench", "--adversarial", "--goals", "--families-dir", str(tmp_path),
                      "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
-    assert "Design set: 2 of 2 ok." in out
+    assert f"Design set: {len(coded_families()) + 2} of {len(coded_families()) + 2} ok." in out
     assert "adv-fairv8-async-wait" in out.split("Held-out set: ")[0]
-    assert f"of {len(coded_families()) + 1} ok." in out.split("Held-out set: ")[1].splitlines()[0]
-    assert "adv-fairv9-wait" in out.split("Held-out set: ")[1]
+    assert "Held-out set: 1 of 1 ok." in out
+    assert "adv-fairv10-wait" in out.split("Held-out set: ")[1]

@@ -273,13 +273,15 @@ def random_run(policy: str, b: enc.Bounds, rnd: random.Random, tmpl: Template, b
         in_flight = {r for r in st.running if st.reqs[r].placeholders > 0}
         sure_to_finish = {r for r in st.running if st.reqs[r].placeholders > 0 and st.reqs[r].computed + 1
                           >= st.reqs[r].req.prompt_tokens + st.reqs[r].req.max_tokens}
-        star0, _, _, _, _ = python_guard(sched)
+        star0, victims0, _, _, _ = python_guard(sched)
         rec = sched.step(step, skip, throttle=throttled(cfg, wave))
         wave += 1
         star1, victims1, _, _, gap1 = python_guard(sched)
         for rid in rec.admitted:  # fair let a victim's request in while r* still waits: a drain admission
             if star1 is not None and star0 in (None, star1) and st.adapter(rid) in victims1:
                 seen["(drain admission)"] = seen.get("(drain admission)", 0) + 1
+        if star1 is not None and star1 == star0 and any(st.adapter(r) in victims0 - victims1 for r in rec.admitted):
+            seen["(late admission)"] = seen.get("(late admission)", 0) + 1  # a victim let in a late request
         if star1 is None and gap1 > step + 1 and any(st.reqs[r].req.adapter for r in st.waiting):
             seen["(gap after a guard)"] = seen.get("(gap after a guard)", 0) + 1
         if "fair_guard" in rec.holds.values():  # the guard held a victim's request
@@ -347,8 +349,8 @@ def test_smt_step_equals_python_step(policy: str, mode: str) -> None:
                 "fair": set()}[policy]
     if mode == "async_throttle":  # the mechanisms were exercised, not only configured
         expected |= {"(throttle stop)", "(async skip)"}
-    if policy == "fair":  # so were the guard's holds, its drain admissions and the gap after a guard
-        expected |= {"(drain admission)", "(guard hold)", "(gap after a guard)"}
+    if policy == "fair":  # so were the guard's holds, its drain and late admissions and the gap after a guard
+        expected |= {"(drain admission)", "(late admission)", "(guard hold)", "(gap after a guard)"}
     assert expected <= set(seen), f"{policy}/{mode}: violations compared {seen}"
     print(f"{policy}/{mode}: violated states compared per property: {seen}")
 

@@ -228,7 +228,8 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
     - `guards_apart`: an r* chosen in this step (one still waiting at its
       end) comes S steps or more after the last r* was admitted;
     - `victim_drains`: a victim chosen at step t1 holds no slot after
-      t1 + G1 while r* waits, G1 = `victim_steps(D, S)` = D + S + 1;
+      t1 + G1 while r* waits and it stays a victim, G1 = `victim_steps(D, S)`
+      = D + S + 1;
     - `star_admitted_within_G`: r* chosen at t0 is admitted (or aborted) by
       t0 + G, G = `guard_steps` = 3D + S + 4, or where the cap cannot block
       r* (max_loras >= N) D + 2."""
@@ -252,6 +253,8 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
     if step - g.chosen_at > g_steps:
         return (f"star_admitted_within_G: r* {g.star} chosen at {g.chosen_at} still waits at {step} "
                 f"> G = {g_steps}")
+    for key in [k for k in victim_since if isinstance(k, tuple) and (k[0] != g.star or k[1] not in g.victims)]:
+        del victim_since[key]  # no longer a victim (its late request got in, or r* changed): chosen anew if again
     for v in g.victims:
         since = victim_since.setdefault((g.star, v), step)
         if step - since > g1_steps and any(st_.reqs[r].req.adapter == v for r in st_.running):
@@ -405,20 +408,23 @@ def _first_broken_lemma(cfg: Config, reqs: list[Request], gate) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("planted", ["drain", "not_first", "no_gap"])
+@pytest.mark.parametrize("planted", ["drain", "keep_late", "not_first", "no_gap"])
 def test_lemma_monitors_catch_planted_bugs(planted):
     """Each monitor can fail, and the real rule keeps it on the same input:
     fair whose drain admissions ignore the deadline breaks `victim_drains` on
-    the starvation stream; fair whose scan does not put r* first breaks
+    the starvation stream, and so does fair whose victims stay victims when
+    they let a late request in (both stream adapters then keep their slots
+    past the deadline); fair whose scan does not put r* first breaks
     `star_first` once a preempted request rejoins the head of the queue;
     fair without the gap after a guard (v7) breaks `guards_apart` on the
     max_loras-1 burst searched against v7."""
     from lora_sched.bench.families import FAMILY_DIR, load
-    from planted import NoGapGate, NotFirstGate, UnboundedDrainGate
+    from planted import KeepLateVictimGate, NoGapGate, NotFirstGate, UnboundedDrainGate
 
-    if planted == "drain":
+    if planted in ("drain", "keep_late"):
         cfg, wl = starvation_stream(200)
-        cfg, reqs, bug, want = replace(cfg, policy="fair"), wl.requests, UnboundedDrainGate(), "victim_drains"
+        bug = UnboundedDrainGate() if planted == "drain" else KeepLateVictimGate()
+        cfg, reqs, want = replace(cfg, policy="fair"), wl.requests, "victim_drains"
     elif planted == "no_gap":
         _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fairv7-throughput.json")
         cfg, bug, want = replace(cfg, policy="fair"), NoGapGate(), "guards_apart"

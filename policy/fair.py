@@ -60,7 +60,7 @@ request is held only when letting it in would leave no slot that can free
 by the deadline: while another victim remains, holding it buys r* nothing
 (v9 held the soonest slot's late requests even while another slot was
 about to free, and ran at 0.74-0.77 of vllm's throughput on three bursts
-where the held request was the longest one present). S trades wait for
+where the held request was the last to finish). S trades wait for
 throughput: a request that waited fewer than S steps is never put first
 and never causes a hold, a slot holder switched in for r* is not a victim
 for S steps, and a victim keeps its slot at most S steps past the soonest

@@ -743,8 +743,9 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
         return z3.And(defer, need[i] > 1)
 
     # --- fair (`policy.fair.FairGuard`): the cap counts every running
-    # request's adapter; r* is sticky, visited first; the victim adapter's
-    # requests are held while r* waits, but those that end by the deadline.
+    # request's adapter; r* is sticky, visited first; while r* waits the last
+    # victim's late requests are held (`FairStart.held`, from the admissions
+    # ahead in the scan: a late admission drops its adapter from the victims).
     r_star = [z3.BoolVal(False) for _ in rng]
     held_on: z3.BoolRef = z3.BoolVal(False)
     B, seats = B0, seats0

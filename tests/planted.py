@@ -68,7 +68,7 @@ class NoGapGate(FairGate):
 
 class KeepLateVictimGuard(FairGuard):
     """Mechanism 3 without its drop: a victim that lets a late request in
-    stays a victim, so while two victims remain each lets the other's late
+    stays a victim, so while two victims remain each lets its own late
     requests in, neither slot frees by the deadline, and r* waits on both."""
 
     def admitted(self, rid: str) -> None:

@@ -209,7 +209,8 @@ def test_fair_under_vllm_defaults_async_kv_throttle(tmp_path):
 class _MechanismCounter:
     """fair's gate, counting how often each mechanism decides: r* admitted
     first, a victim's request held, a victim's request let in because it ends
-    by the deadline (a drain admission)."""
+    by the deadline (a drain admission), or one that does not, let in while
+    another victim remains (a late admission)."""
 
     def __new__(cls):
         from lora_sched.policy.fair import FairGate
@@ -227,17 +228,19 @@ class _MechanismCounter:
             def admitted(self, ctx, rid):
                 g = self._guard(ctx.state)
                 if g.star is not None:
-                    self.counts["star" if rid == g.star else "drain" if ctx.state.adapter(rid) in g.victims
-                                else "other"] += 1
+                    self.counts["star" if rid == g.star else "late" if rid in g._late
+                                else "drain" if ctx.state.adapter(rid) in g.victims else "other"] += 1
                 super().admitted(ctx, rid)
 
         return Counting()
 
 
-MECHANISMS = ("star", "held", "drain", "other")
-# Searched families on which every mechanism decides in sync and async runs;
-# vLLM accepts both (budget >= seats).
-MECHANISM_FAMILIES = ("adv-fairv5-throughput-overload.json", "adv-fair_cohort-throughput-deep.json")
+MECHANISMS = ("star", "held", "drain", "late", "other")
+# Searched families on which every mechanism decides in sync and async runs
+# (late admissions on the burst v10 was designed on); vLLM accepts them
+# (budget >= seats).
+MECHANISM_FAMILIES = ("adv-fairv5-throughput-overload.json", "adv-fair_cohort-throughput-deep.json",
+                      "adv-fairv5-throughput-attack.json")
 # A family on which a planted guard diverges from the reference (async).
 PLANTED_FAMILY = "adv-fair_cohort-throughput.json"
 
@@ -252,8 +255,9 @@ def _family(name: str, async_scheduling: bool):
 
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_fair_mechanisms_inside_vllm(tmp_path, async_scheduling):
-    """fair's three mechanisms (r* admitted first, the victim's requests
-    held, its drain admissions) decide the same inside vLLM as in the
+    """fair's three mechanisms (r* admitted first, the last victim's late
+    requests held, the victims' drain admissions and late admissions while
+    another victim remains) decide the same inside vLLM as in the
     reference, on workloads where all occur: zero divergences and every
     claim, no_hol_blocking included (its declared holds run the guard on the
     trace alone)."""
@@ -265,7 +269,7 @@ def test_fair_mechanisms_inside_vllm(tmp_path, async_scheduling):
         run(cfg, wl, gate=gate)
         counts = {k: counts[k] + gate.counts[k] for k in counts}
         _check(cfg, wl, tmp_path, "fair")
-    assert all(counts[k] for k in ("star", "held", "drain")), counts
+    assert all(counts[k] for k in ("star", "held", "drain", "late")), counts
 
 
 def _late_deadline(guard_class):

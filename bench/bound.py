@@ -50,6 +50,7 @@ from lora_sched.policy.fair import (
     drain_steps,
     fair_bound,
     guard_steps,
+    non_decode_steps,
 )
 from lora_sched.policy.workloads import FAMILIES
 from lora_sched.spec.config import Config
@@ -360,8 +361,10 @@ def tightness(family: str, cfg: Config, reqs: list[Request], *, climb_iters: int
         raise ValueError(f"{family}: fair's run does not complete")
     worst, fig, longest = got
     t = judge(family, cfg, fig, worst, climb_iters=climb_iters, seed=seed)
-    d = drain_steps(replace(cfg, policy="fair"), max_prompt=fig.prompt, max_output=fig.output, queue=fig.present)
-    return replace(t, guard=longest, guard_bound=guard_steps(replace(cfg, policy="fair"), d, fig.present))
+    fair_cfg = replace(cfg, policy="fair")
+    d = drain_steps(fair_cfg, max_prompt=fig.prompt, max_output=fig.output, queue=fig.present)
+    d0 = non_decode_steps(fair_cfg, max_prompt=fig.prompt, max_output=fig.output, queue=fig.present)
+    return replace(t, guard=longest, guard_bound=guard_steps(fair_cfg, d, d0, fig.present))
 
 
 def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: int = 0, seed: int = 0) -> Tightness:

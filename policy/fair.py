@@ -93,34 +93,56 @@ Lemmas, each a monitor in `tests/test_state_machines.py`:
 
 - `star_first`: from the step r* is chosen, nobody is admitted before r*
   in a scan (r* is visited first; a capacity stop at r* ends the scan).
-- `victim_drains` (G1 = D + S + 1): a victim chosen at step t1, with
-  deadline t1 + l + S (l <= L the fewest outputs left), holds no slot
-  after t1 + G1 while it is a victim: its requests running at t1 have at
-  most l + S outputs left (that is how it was chosen), so leave by
-  t1 + D0 + l + S - 1 <= t1 + D + S; each one admitted at t >= t1 while
-  it is a victim has o outputs left with t + o <= the deadline, so leaves
-  by t + D0 + o - 1 <= t1 + l + S + D0 - 1 <= t1 + D + S. A late request
-  is let in only while another victim remains, so one always remains.
-- `star_admitted_within_G` (G = 3D + S + 4 when max_loras < N): r* chosen
-  at t0 is admitted by t0 + G. Until the cap blocks it, a capacity stop at
-  r* admits nobody, so within D + 1 steps `running` empties or r* is in or
-  cap-blocked (t1); a victim's slot is free by t1 + G1 and nobody can
-  take it first; then within D + 1 more steps capacity lets r* in. Where
-  the cap cannot block r*, G = D + 2: nobody is admitted from t0 until r*
-  (r* has no async output in flight when chosen, and a waiting request
-  gets none), so `running` empties within D steps, and then r* is in (a DP
-  throttle defers prefills only while something decodes).
+- `victim_drains` (G1 = D + S + 1, G1* = D + D0 + S + 2): a victim
+  chosen at step t1, with deadline t1 + l + S (l <= L the fewest outputs
+  left), for r* chosen at t0 <= t1, holds no slot after
+  min(t1 + G1, t0 + G1*) while it is a victim. Its requests running at t1
+  have at most l + S outputs left (that is how it was chosen), so leave by
+  t1 + D0 + l + S - 1; each one admitted at t >= t1 while it is a victim
+  has o outputs left with t + o <= the deadline, so leaves by
+  t + D0 + o - 1 <= t1 + l + S + D0 - 1. Both are <= t1 + D + S, as
+  l <= L; and both are <= t0 + D + D0 + S + 1, as t1 + l <= t0 + D + 2:
+  nobody is admitted from t0 until t1 (each scan visits r* first, and a
+  capacity stop at r* ends it), so the slot holder whose longest-running
+  request y has l outputs left at t1 ran y from t0 to t1, in which y got
+  an output in every step but at most D0 (the D0 argument above, from
+  t0), so t1 - t0 <= D0 + (L - l), one more where async scheduling has
+  y's output of the step before still in flight (and D0 + L = D + 1). A late
+  request is let in only while another victim remains, so one always
+  remains.
+- `star_admitted_within_G` (G = 2D + D0 + S + 4 when max_loras < N): r*
+  chosen at t0 is admitted by t0 + G. Until the cap blocks it, a capacity
+  stop at r* admits nobody, so within D + 1 steps `running` empties or r*
+  is in or cap-blocked (t1); a victim's slot is free by t0 + G1* and
+  nobody can take it first; then within D + 1 more steps capacity lets
+  r* in. Where the cap cannot block r*, G = D + 2: nobody is admitted from
+  t0 until r* (r* has no async output in flight when chosen, and a
+  waiting request gets none), so `running` empties within D steps, and
+  then r* is in (a DP throttle defers prefills only while something
+  decodes).
 - `guards_apart`: no r* is chosen within S steps of the admission of the
   one before it (so a guard and the gap after it take at most G + S).
-- `guards_ahead`: every r* chosen once a request r has waited S steps is
-  older than r, so it was waiting when r arrived (or last joined waiting),
-  and each is r* once per stay in `waiting`; so at most Qw guards, r's own
-  included, run before r is in, one after the other, each with its gap.
+- `guards_ahead`: every r* whose guard runs while a request r waits (from
+  the step r joins `waiting` until it is first admitted) was waiting at
+  that step: one chosen once r has waited S steps is older than r; one
+  chosen before had waited S steps when r had not, so it joined earlier;
+  and each is r* once per stay in `waiting`. So at most Qw guards run in
+  that time, r's own included, and a gap follows each but r's own.
+- `star_chosen` (p = N - 1 where KV can run out, else 0): from the step r
+  has waited S steps until it is admitted, a step that is in no guard and
+  no gap chooses an r* (r is a candidate: it has no async output in
+  flight, as only a preempted request has one), unless it scans no
+  waiting request, which vLLM skips after a preemption. Such steps come
+  at most p in a row: each preempts, nobody is admitted in them, and a
+  lone running request is never preempted (its whole sequence fits).
 
-Hence every request is first admitted within
+Hence, counting from the step a request joins `waiting`: S steps, then
+guards (at most Qw, G each), gaps (at most Qw - 1, S each) and steps that
+choose no r* (at most p before each of the at most Qw choices), so every
+request is first admitted within
 
-    B = S + Qw * (G + S)  =  S + Qw * (3D + 2S + 4)   (max_loras < N)
-                             S + Qw * (D + S + 2)     (max_loras >= N)
+    B = Qw * (G + S + p)  =  Qw * (2D + D0 + 2S + 4 + p)   (max_loras < N)
+                             Qw * (D + S + 2 + p)          (max_loras >= N)
 
 steps of joining `waiting`: linear in the requests waiting ahead, in the
 longest request and in S, under these assumptions: every request has the same
@@ -334,11 +356,12 @@ def cap_can_block(config: Config, queue: int | None = None) -> bool:
     return config.max_loras < seats(config, queue)
 
 
-def guard_steps(config: Config, drain: int, queue: int | None = None) -> int:
-    """G of the module docstring: r* is admitted within 3D + S + 4 steps of
-    being chosen where the cap can block it (`cap_can_block`), else within D + 2."""
+def guard_steps(config: Config, drain: int, non_decode: int, queue: int | None = None) -> int:
+    """G of the module docstring (`drain` is D, `non_decode` D0): r* is
+    admitted within 2D + D0 + S + 4 steps of being chosen where the cap can
+    block it (`cap_can_block`), else within D + 2."""
     if cap_can_block(config, queue):
-        return (drain + 1) + victim_steps(drain, config.starvation_steps) + (drain + 1) + 1
+        return star_victim_steps(drain, non_decode, config.starvation_steps) + (drain + 1) + 1
     return drain + 2
 
 
@@ -348,17 +371,30 @@ def victim_steps(drain: int, starvation_steps: int) -> int:
     return drain + starvation_steps + 1
 
 
+def star_victim_steps(drain: int, non_decode: int, starvation_steps: int) -> int:
+    """G1* of the module docstring (`victim_drains`): a victim holds no slot
+    D + D0 + S + 2 steps after r* is chosen."""
+    return drain + non_decode + starvation_steps + 2
+
+
 def gap_steps(config: Config) -> int:
     """The gap after a guard (`guards_apart`): no new r* for S steps."""
     return config.starvation_steps
+
+
+def unscanned_steps(config: Config, queue: int | None = None) -> int:
+    """p of the module docstring (`star_chosen`): the most steps in a row that
+    scan no waiting request (each preempts): N - 1 where KV can run out, else 0."""
+    return seats(config, queue) - 1 if config.kv_blocks is not None else 0
 
 
 def fair_bound(config: Config, *, queue: int, max_prompt: int, max_output: int, waiting: int | None = None) -> int:
     """B of the module docstring for a configuration and workload bounds
     (`waiting` is Qw; without it, Q stands in for it, as Qw <= Q)."""
     d = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
+    d0 = non_decode_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     qw = queue if waiting is None else waiting
-    return config.starvation_steps + qw * (guard_steps(config, d, queue) + gap_steps(config))
+    return qw * (guard_steps(config, d, d0, queue) + gap_steps(config) + unscanned_steps(config, queue))
 
 
 def workload_bound(config: Config, requests: Iterable[Request], *, queue: int | None = None,

@@ -66,6 +66,21 @@ class NoGapGate(FairGate):
     guard_class = NoGapGuard
 
 
+class LateChoiceGuard(FairGuard):
+    """Mechanism 1 that lets every other scan pass without choosing r*, so a
+    request that has waited S steps may wait past the gap with no guard."""
+
+    def begin_scan(self, step: int, stale=lambda rid: False) -> str | None:
+        if self.star is None and step % 2:
+            self.step, self._held, self._late = step, set(), {}
+            return None
+        return super().begin_scan(step, stale)
+
+
+class LateChoiceGate(FairGate):
+    guard_class = LateChoiceGuard
+
+
 class KeepLateVictimGuard(FairGuard):
     """Mechanism 3 without its drop: a victim that lets a late request in
     stays a victim, so while two victims remain each lets its own late

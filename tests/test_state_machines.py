@@ -45,6 +45,9 @@ from lora_sched.policy.fair import (
     drain_steps,
     fair_bound,
     guard_steps,
+    non_decode_steps,
+    star_victim_steps,
+    unscanned_steps,
     victim_steps,
     workload_bound,
 )
@@ -227,19 +230,35 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
     - `star_first`: a scan that admits r* admits it first;
     - `guards_apart`: an r* chosen in this step (one still waiting at its
       end) comes S steps or more after the last r* was admitted;
-    - `victim_drains`: a victim chosen at step t1 holds no slot after
-      t1 + G1 while r* waits and it stays a victim, G1 = `victim_steps(D, S)`
-      = D + S + 1;
+    - `victim_drains`: a victim chosen at step t1 for r* chosen at t0 holds
+      no slot after min(t1 + G1, t0 + G1*) while r* waits and it stays a
+      victim, G1 = `victim_steps(D, S)` = D + S + 1 and
+      G1* = `star_victim_steps(D, D0, S)` = D + D0 + S + 2;
     - `star_admitted_within_G`: r* chosen at t0 is admitted (or aborted) by
-      t0 + G, G = `guard_steps` = 3D + S + 4, or where the cap cannot block
-      r* (max_loras >= N) D + 2."""
+      t0 + G, G = `guard_steps` = 2D + D0 + S + 4, or where the cap cannot
+      block r* (max_loras >= N) D + 2;
+    - `star_chosen`: a step past the gap that scans the waiting queue while
+      a request never admitted has waited S steps ends with an r*, and at
+      most p = `unscanned_steps` steps in a row scan none (keys
+      "unscanned", the current run of them, and "cool", the end of the gap
+      when the step started)."""
     g, st_ = sched.gate.guard, sched.state
     if g is None:
         return None
+    p = unscanned_steps(sched.config, queue)
+    victim_since["unscanned"] = victim_since.get("unscanned", 0) + 1 if rec.preempted else 0
+    if victim_since["unscanned"] > p:
+        return f"star_chosen: {victim_since['unscanned']} steps in a row up to {step} scan no waiting request > p = {p}"
+    cool0, victim_since["cool"] = victim_since.get("cool", 0), g.cool_until
+    if (star0 is None and g.star is None and not rec.preempted and step >= cool0 == g.cool_until
+            and any(step - st_.reqs[r].waiting_since >= sched.config.starvation_steps
+                    and not st_.reqs[r].preemptions for r in st_.waiting)):
+        return f"star_chosen: step {step} scanned the waiting queue past the gap and chose no r*"
     d = drain_steps(sched.config, max_prompt=max_prompt, max_output=max_output, queue=queue)
+    d0 = non_decode_steps(sched.config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     s = sched.config.starvation_steps
-    g_steps = guard_steps(sched.config, d, queue)
-    g1_steps = victim_steps(d, s)
+    g_steps = guard_steps(sched.config, d, d0, queue)
+    g1_steps, g1_star = victim_steps(d, s), star_victim_steps(d, d0, s)
     if star0 is not None and star0 in rec.admitted and rec.admitted[0] != star0:
         return f"star_first: r* {star0} admitted after {rec.admitted[:rec.admitted.index(star0)]} at step {step}"
     if star0 is not None and star0 in rec.admitted:
@@ -257,9 +276,10 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
         del victim_since[key]  # no longer a victim (its late request got in, or r* changed): chosen anew if again
     for v in g.victims:
         since = victim_since.setdefault((g.star, v), step)
-        if step - since > g1_steps and any(st_.reqs[r].req.adapter == v for r in st_.running):
-            return (f"victim_drains: victim {v} chosen at {since} still holds a slot at {step} "
-                    f"> t1 + D + S + 1 = {since + g1_steps}")
+        free_by = min(since + g1_steps, g.chosen_at + g1_star)
+        if step > free_by and any(st_.reqs[r].req.adapter == v for r in st_.running):
+            return (f"victim_drains: victim {v} chosen at {since} for r* chosen at {g.chosen_at} still holds a "
+                    f"slot at {step} > min(t1 + D + S + 1, t0 + D + D0 + S + 2) = {free_by}")
     return None
 
 
@@ -408,7 +428,7 @@ def _first_broken_lemma(cfg: Config, reqs: list[Request], gate) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("planted", ["drain", "keep_late", "not_first", "no_gap"])
+@pytest.mark.parametrize("planted", ["drain", "keep_late", "not_first", "no_gap", "late_choice"])
 def test_lemma_monitors_catch_planted_bugs(planted):
     """Each monitor can fail, and the real rule keeps it on the same input:
     fair whose drain admissions ignore the deadline breaks `victim_drains` on
@@ -417,17 +437,19 @@ def test_lemma_monitors_catch_planted_bugs(planted):
     past the deadline); fair whose scan does not put r* first breaks
     `star_first` once a preempted request rejoins the head of the queue;
     fair without the gap after a guard (v7) breaks `guards_apart` on the
-    max_loras-1 burst searched against v7."""
+    max_loras-1 burst searched against v7, and fair that chooses r* only at
+    every other scan breaks `star_chosen` there."""
     from lora_sched.bench.families import FAMILY_DIR, load
-    from planted import KeepLateVictimGate, NoGapGate, NotFirstGate, UnboundedDrainGate
+    from planted import KeepLateVictimGate, LateChoiceGate, NoGapGate, NotFirstGate, UnboundedDrainGate
 
     if planted in ("drain", "keep_late"):
         cfg, wl = starvation_stream(200)
         bug = UnboundedDrainGate() if planted == "drain" else KeepLateVictimGate()
         cfg, reqs, want = replace(cfg, policy="fair"), wl.requests, "victim_drains"
-    elif planted == "no_gap":
+    elif planted in ("no_gap", "late_choice"):
         _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fairv7-throughput.json")
-        cfg, bug, want = replace(cfg, policy="fair"), NoGapGate(), "guards_apart"
+        bug, want = (NoGapGate(), "guards_apart") if planted == "no_gap" else (LateChoiceGate(), "star_chosen")
+        cfg = replace(cfg, policy="fair")
     else:
         (cfg, reqs), bug, want = NOT_FIRST_CASE, NotFirstGate(), "star_first"
     broken = _first_broken_lemma(cfg, reqs, bug)
@@ -461,6 +483,22 @@ def test_late_admissions_keep_every_lemma():
     assert dropped, "no late admission: the mechanism was not exercised"
 
 
+def test_unscanned_monitor_fires_when_p_is_planted_too_small(monkeypatch: pytest.MonkeyPatch):
+    """The `star_chosen` count of steps that scan no waiting request is not
+    vacuous: on the KV-bound family searched against v10, two steps in a row
+    preempt (and so skip the waiting scan), which p = N - 1 allows and a p
+    planted at 1 does not."""
+    from lora_sched.bench.families import FAMILY_DIR, load
+
+    _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fairv10-kv-wait.json")
+    cfg = replace(cfg, policy="fair")
+    assert unscanned_steps(cfg, len(reqs)) >= 2
+    assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
+    monkeypatch.setattr(sys.modules[__name__], "unscanned_steps", lambda config, queue=None: 1)
+    broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
+    assert broken is not None and broken.startswith("star_chosen: 2 steps in a row"), broken
+
+
 def test_guard_monitor_fires_when_g_is_planted_too_small(monkeypatch: pytest.MonkeyPatch):
     """`star_admitted_within_G` is not vacuous where the cap cannot block r*
     (one seat, G = D + 2): on the bound family searched against the restated
@@ -472,6 +510,6 @@ def test_guard_monitor_fires_when_g_is_planted_too_small(monkeypatch: pytest.Mon
     cfg = replace(cfg, policy="fair")
     assert not cap_can_block(cfg, len(reqs))
     assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
-    monkeypatch.setattr(sys.modules[__name__], "guard_steps", lambda config, drain, queue=None: drain // 2)
+    monkeypatch.setattr(sys.modules[__name__], "guard_steps", lambda config, drain, non_decode, queue=None: drain // 2)
     broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
     assert broken is not None and broken.startswith("star_admitted_within_G"), broken

@@ -1,6 +1,6 @@
 """Replay of fair's worst wait on the R=6 family model of `proofs.benchmark`.
 
-B = fair_bound(Q=6) = 54. R=6, A=3, P<=1, L<=2, max_loras 1..2, max_num_seqs 1..2, arrivals by step 7: Z3 finds a
+B = fair_bound(Q=6) = 30. R=6, A=3, P<=1, L<=2, max_loras 1..2, max_num_seqs 1..2, arrivals by step 7: Z3 finds a
 request waiting 10 steps (and `python -m lora_sched.proofs.benchmark --only fair_wait_family` shows
 none waits more). The witness must wait exactly 10 in `policy/` (written by
 `python -m lora_sched.proofs.emit --family`).
@@ -25,4 +25,4 @@ CEX = {'aborts': {},
 
 def test_fair_worst_wait_witness_replays() -> None:
     out = replay(Cex.from_json(CEX))
-    assert max(out.waits.values()) == 10 <= 54, out.detail
+    assert max(out.waits.values()) == 10 <= 30, out.detail

@@ -224,7 +224,8 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
                     queue: int, victim_since: dict) -> str | None:
     """The lemmas of `policy.fair`'s bound, checked after step `step` (`rec`)
     of a fair run; `star0` is r* before the step; `victim_since` remembers
-    when each (r*, victim) pair was first seen, and (key "star_admitted")
+    when each (r*, the step it was chosen, victim) was first seen (a request
+    admitted as r*, preempted and chosen again is a new r*), and (key "star_admitted")
     the step the last r* was admitted. None, or the broken lemma.
 
     - `star_first`: a scan that admits r* admits it first;
@@ -263,6 +264,9 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
         return f"star_first: r* {star0} admitted after {rec.admitted[:rec.admitted.index(star0)]} at step {step}"
     if star0 is not None and star0 in rec.admitted:
         victim_since["star_admitted"] = step
+    for key in [k for k in victim_since if isinstance(k, tuple) and (k[:2] != (g.star, g.chosen_at)
+                                                                    or k[2] not in g.victims)]:
+        del victim_since[key]  # no longer a victim (its late request got in, or r* changed): chosen anew if again
     if g.star is None:
         return None
     last = victim_since.get("star_admitted")
@@ -272,10 +276,8 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
     if step - g.chosen_at > g_steps:
         return (f"star_admitted_within_G: r* {g.star} chosen at {g.chosen_at} still waits at {step} "
                 f"> G = {g_steps}")
-    for key in [k for k in victim_since if isinstance(k, tuple) and (k[0] != g.star or k[1] not in g.victims)]:
-        del victim_since[key]  # no longer a victim (its late request got in, or r* changed): chosen anew if again
     for v in g.victims:
-        since = victim_since.setdefault((g.star, v), step)
+        since = victim_since.setdefault((g.star, g.chosen_at, v), step)
         free_by = min(since + g1_steps, g.chosen_at + g1_star)
         if step > free_by and any(st_.reqs[r].req.adapter == v for r in st_.running):
             return (f"victim_drains: victim {v} chosen at {since} for r* chosen at {g.chosen_at} still holds a "
@@ -304,7 +306,7 @@ class FairMachine(PolicyMachine):
 
     @initialize()
     def monitors(self):
-        self.victim_since: dict[tuple[str, int], int] = {}
+        self.victim_since: dict = {}
 
 
 TestBlocking = BlockingMachine.TestCase
@@ -481,6 +483,40 @@ def test_late_admissions_keep_every_lemma():
     cfg = replace(cfg, policy="fair")
     assert _first_broken_lemma(cfg, reqs, CountingGate()) is None
     assert dropped, "no late admission: the mechanism was not exercised"
+
+
+# Found by an adversary of the restated B (random search, KV-bound, S = 0): a
+# request is admitted as r*, preempted, and chosen as r* again; the monitors
+# once kept its first guard's victim and read its old choice step.
+RECHOSEN_CASE = (Config(max_loras=1, max_num_seqs=6, max_num_batched_tokens=29, kv_blocks=7, block_size=1,
+                        starvation_steps=0, policy="fair", vllm="0.33"),
+                 [Request(f"r{i}", a, p, m, t) for i, (a, p, m, t) in enumerate(
+                     [(1, 1, 1, 6), (4, 1, 2, 6), (4, 1, 2, 6), (2, 1, 2, 11), (1, 1, 4, 12), (4, 1, 1, 12),
+                      (3, 1, 1, 12), (0, 1, 3, 12), (2, 1, 4, 12), (0, 1, 3, 12), (0, 1, 1, 14), (3, 1, 4, 19),
+                      (3, 1, 2, 24)])])
+
+
+def test_lemmas_hold_when_an_r_star_is_chosen_again():
+    """A request admitted as r*, preempted and chosen as r* again starts a new
+    guard: every lemma holds on the run where that happens (and it does)."""
+    from lora_sched.policy.fair import FairGate, FairGuard
+
+    chosen: list[tuple[str, int]] = []
+
+    class Noting(FairGuard):
+        def begin_scan(self, step, stale=lambda rid: False):
+            out = super().begin_scan(step, stale)
+            if self.star is not None and (self.star, self.chosen_at) not in chosen:
+                chosen.append((self.star, self.chosen_at))
+            return out
+
+    class NotingGate(FairGate):
+        guard_class = Noting
+
+    cfg, reqs = RECHOSEN_CASE
+    assert _first_broken_lemma(cfg, reqs, NotingGate()) is None
+    ids = [rid for rid, _ in chosen]
+    assert len(ids) > len(set(ids)), f"no request was r* twice: {chosen}"
 
 
 def test_unscanned_monitor_fires_when_p_is_planted_too_small(monkeypatch: pytest.MonkeyPatch):

@@ -85,8 +85,10 @@ of it (admissions append; preemption only removes), and D0 + o - 1 does for
 one admitted with o outputs left: in each step it is either budget-starved,
 which spends T tokens of the at most N * W that it and the requests ahead
 of it still need, or gets all it asks for: a prefill chunk (deferred on at
-most k - 1 throttled steps in a row) or a decode; async scheduling adds the
-sure-to-finish step and the output that lands one step late. The cap can
+most k - 1 throttled steps in a row; a step that schedules nothing, every
+decode skipped as sure to finish under async scheduling, leaves nothing
+decoding, so the next step does not defer) or a decode; async scheduling
+adds the sure-to-finish step and the output that lands one step late. The cap can
 block r* only when max_loras < N: the scan stops at a full `running`
 before it asks the cap, so the cap sees at most N - 1 running adapters.
 Lemmas, each a monitor in `tests/test_state_machines.py`:
@@ -123,11 +125,14 @@ Lemmas, each a monitor in `tests/test_state_machines.py`:
 - `guards_apart`: no r* is chosen within S steps of the admission of the
   one before it (so a guard and the gap after it take at most G + S).
 - `guards_ahead`: every r* whose guard runs while a request r waits (from
-  the step r joins `waiting` until it is first admitted) was waiting at
-  that step: one chosen once r has waited S steps is older than r; one
-  chosen before had waited S steps when r had not, so it joined earlier;
-  and each is r* once per stay in `waiting`. So at most Qw guards run in
-  that time, r's own included, and a gap follows each but r's own.
+  the step t_r r joins `waiting` until it is first admitted) joined
+  `waiting` at t_r at the latest and has stayed there since: one chosen
+  once r has waited S steps is older than r; one chosen before had waited
+  S steps when r had not, so it joined earlier. It was waiting when step
+  t_r started, or it was preempted in step t_r, which then admits nobody,
+  so all of them are waiting when step t_r or step t_r + 1 starts; and
+  each is r* once per stay in `waiting`. So at most Qw guards run in that
+  time, r's own included, and a gap follows each but r's own.
 - `star_chosen` (p = N - 1 where KV can run out, else 0): from the step r
   has waited S steps until it is admitted, a step that is in no guard and
   no gap chooses an r* (r is a candidate: it has no async output in

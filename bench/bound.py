@@ -22,7 +22,9 @@ linear in the adapters waiting ahead as well), and, where that one does
 not settle the verdict, one within B's own figures only, free to use up
 to one adapter per request (`free=True`); where the first leaves the
 verdict open, both also try streams that keep the slots busy in front of
-the waiting block (`stream_candidates`). When a witness waits more than
+the waiting block (`stream_candidates`) and blocks whose every guard and
+gap *feeders* stretch as far as the rule lets them (`feeder_candidates`).
+When a witness waits more than
 4x the family's worst wait, no bound in its figures is within 4x there
 (`Tightness.verdict` "unreachable"; `Tightness.reads` says which figures);
 when B is within 4x, "within"; otherwise "open" (B may be loose, or the
@@ -246,6 +248,116 @@ def stream_candidates(cfg: Config, fig: Figures) -> Iterator[list[Request]]:
                 yield streams + block
 
 
+@dataclass
+class _FeedGuard(_TimedGuard):
+    """fair's guard, noting per scan whether a guard runs and its deadline, and
+    each step a deadline is set (what `feeder_candidates` feeds)."""
+
+    scans: dict[int, tuple[bool, dict[int, int]]] = field(default_factory=dict)  # step -> (r* set, deadlines)
+    deadlines: list[tuple[int, int, int]] = field(default_factory=list)  # (step, a victim, deadline)
+
+    def begin_scan(self, step: int, stale: Callable[[str], bool] = lambda rid: False) -> str | None:
+        star = super().begin_scan(step, stale)
+        self.scans[step] = (self.star is not None, dict(self.deadline))
+        return star
+
+    def visit_star(self, left: dict[int, int]) -> None:
+        before = set(self.victims)
+        super().visit_star(left)
+        if self.victims and self.victims != before:
+            self.deadlines.append((self.step, max(self.victims), next(iter(self.deadline.values()))))
+            self.scans[self.step] = (True, dict(self.deadline))
+
+
+class _FeedGate(FairGate):
+    guard_class = _FeedGuard
+
+
+FEEDERS = 200  # the most feeders `feeder_candidates` tries per candidate (each try is one run)
+
+
+def _feeds(fig: Figures, reqs: list[Request], guard: _FeedGuard, records: list[StepRecord]) -> list[tuple]:
+    """Where a feeder would stretch the run, in step order: (arrival, key,
+    adapter, outputs). Wherever a slot holder is about to lose its last
+    running request while requests wait, one more of its adapter the step
+    before: with L outputs outside a guard, with the outputs that end by
+    the deadline for a victim inside one; and, the step after a guard sets
+    its deadline, one of a victim ending by it."""
+    L, adapter = fig.output, {r.id: r.adapter for r in reqs}
+    out = [(t + 1, ("deadline", t), victim, min(L, dl - t - 1)) for t, victim, dl in guard.deadlines
+           if dl - t - 1 >= 1]
+    for prev, rec in zip(records, records[1:], strict=False):
+        if not rec.waiting or rec.step not in guard.scans:
+            continue
+        guarded = guard.scans[rec.step][0]
+        deadline = guard.scans.get(prev.step, (False, {}))[1]
+        lost = {adapter[r] for r in prev.running} - {adapter[r] for r in rec.running} - {0}
+        for a in sorted(lost):
+            o = L if not guarded else min(L, deadline.get(a, prev.step) - prev.step)
+            if o >= 1:
+                out.append((prev.step, ("slot", prev.step, a), a, o))
+    return sorted(out, key=lambda f: f[0])
+
+
+def _fed(cfg: Config, fig: Figures, reqs: list[Request], feeder_prompt: int) -> list[Request] | None:
+    """`reqs` with feeders added one at a time in step order (`_feeds`), each
+    kept if the run stays within `fig`: a feeder changes the run only from
+    its arrival on, so the feeds found before it still apply. None when
+    `reqs` itself is not within `fig`."""
+    def go(cand: list[Request]) -> tuple[_FeedGuard, list[StepRecord]] | None:
+        gate = _FeedGate()
+        try:
+            res = run(replace(cfg, policy="fair"), Workload(cand), max_steps=400_000, gate=gate)
+        except (DriverStuck, ValueError):
+            return None
+        if fig.exceeded_by(figures_of(cand, res.records)) or not isinstance(gate.guard, _FeedGuard):
+            return None
+        return gate.guard, res.records
+
+    got, tried = go(reqs), set()
+    for n in range(FEEDERS if got is not None else 0):
+        feeds = [f for f in _feeds(fig, reqs, *got) if f[1] not in tried]
+        if not feeds:
+            break
+        arrival, key, a, o = feeds[0]
+        tried.add(key)
+        cand = reqs + [Request(f"f{n}", a, feeder_prompt, o, arrival)]
+        again = go(cand)
+        if again is not None:
+            reqs, got = cand, again
+    return reqs if got is not None else None
+
+
+def feeder_candidates(cfg: Config, fig: Figures) -> Iterator[list[Request]]:
+    """Workloads that make every guard and gap as long as the rule lets them:
+    a block of Qw or Qw - 1 requests (L outputs, a 1-token or a P-token
+    prompt, each of the next adapter in turn) waits, behind `max_loras`
+    lead requests or none, and *feeders* keep the slots busy (`_fed`): one
+    of a slot's adapter arrives whenever its slot is about to change hands
+    while the block waits, with L outputs outside a guard (no slot holder is
+    a victim then) and, inside one, for a victim with the outputs that end
+    by the deadline (mechanism 3 lets it in); and one of a victim arrives
+    the step after a guard sets its deadline. So each guard waits
+    out a drain stretched by S and each gap keeps r*'s adapter in the slot,
+    which is what G and the gap charge; with a P-token prompt a feeder's
+    prefill stretches it further."""
+    lora = fig.adapters > 0
+    per_step = max(1, fig.waiting)
+    leads = sorted({min(cfg.max_loras, fig.adapters, cfg.max_num_seqs) if lora else 0, 0})
+    for k in sorted({fig.waiting, fig.waiting - 1} - {0}, reverse=True):
+        for lead in leads:
+            if k + lead > fig.present:
+                continue
+            after = 1 + -(-lead // per_step) if lead else 1
+            for prompt, feeder_prompt in ((fig.prompt, 1), (fig.prompt, fig.prompt), (1, 1), (1, fig.prompt)):
+                first = [Request(f"s{i}", i + 1, 1, fig.output, 1 + i // per_step) for i in range(lead)]
+                block = [Request(f"w{i}", (lead + i) % fig.adapters + 1 if lora else 0, prompt, fig.output, after)
+                         for i in range(k)]
+                fed = _fed(cfg, fig, first + block, feeder_prompt)
+                if fed is not None:
+                    yield fed
+
+
 def _mutate_within(rng: random.Random, reqs: list[Request], fig: Figures, fresh: int) -> list[Request]:
     out = list(reqs)
     top = max(1, fig.adapters)
@@ -286,15 +398,17 @@ Shape = Callable[[Config, Figures], Iterator[list[Request]]]  # a builder of wit
 def witness(cfg: Config, fig: Figures, *, climb_iters: int = 0, seed: int = 0, free: bool = False,
             enough: int | None = None, shapes: tuple[Shape, ...] | None = None) -> Witness | None:
     """The best candidate of `shapes` (default `witness_candidates`; also
-    `stream_candidates`) that stays within `fig`, then (with
-    `climb_iters`) hill-climbed on fair's worst wait, every step kept within
-    `fig` (a mutation that exceeds a figure is thrown away), until it waits
-    longer than `enough` when that is given. With `free`, within B's own
-    figures only: the witness may use up to one adapter per waiting request
-    beyond the `max_loras` that hold the slots."""
+    `stream_candidates`, `feeder_candidates`) that stays within `fig`, then
+    (with `climb_iters`) hill-climbed on fair's worst wait, every step kept
+    within `fig` (a mutation that exceeds a figure is thrown away); with
+    `enough`, both stop once a witness waits longer than it. With `free`,
+    within B's own figures only: the witness may use up to one adapter per
+    waiting request beyond the `max_loras` that hold the slots."""
     target = replace(fig, adapters=fig.waiting + cfg.max_loras + 1) if free and fig.adapters else fig
     best: Witness | None = None
     for cand in chain.from_iterable(shape(cfg, target) for shape in shapes or (witness_candidates,)):
+        if enough is not None and best is not None and best.wait > enough:
+            break  # the shapes are lazy: the rest are not built
         got = _fair_run(cfg, cand)
         if got is not None and not fig.exceeded_by(got[1], adapters=not free) and (best is None or got[0] > best.wait):
             best = Witness(got[0], got[1], cand)
@@ -370,22 +484,24 @@ def tightness(family: str, cfg: Config, reqs: list[Request], *, climb_iters: int
 def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: int = 0, seed: int = 0) -> Tightness:
     """`Tightness` from a run's figures and fair's worst wait there: the
     witness that keeps the adapters, then, where it does not settle the
-    verdict, the slot-holding streams (`stream_candidates`) with the
-    adapters kept, then the free witness, streams included (climbed only
-    until it settles the verdict)."""
+    verdict, the slot-holding streams (`stream_candidates`) and the fed
+    blocks (`feeder_candidates`) with the adapters kept, then the free
+    witness, streams and feeders included (climbed only until it settles
+    the verdict)."""
     fair_cfg = replace(cfg, policy="fair")
     w = witness(fair_cfg, fig, climb_iters=climb_iters, seed=seed)
     t = Tightness(family, worst, bound_at(cfg, fig), fig, 0, 0) if w is None else \
         Tightness(family, worst, bound_at(cfg, fig), fig, w.wait, bound_at(cfg, w.figures))
     if t.verdict != "open":
         return t
-    s = witness(fair_cfg, fig, shapes=(stream_candidates,))  # the slot-holding streams, adapters kept
-    if s is not None and s.wait > t.witness_wait:
-        t = replace(t, witness_wait=s.wait, witness_bound=bound_at(cfg, s.figures))
-        if t.verdict != "open":
-            return t
+    for shape, enough in ((stream_candidates, None), (feeder_candidates, WITHIN * worst)):  # adapters kept
+        s = witness(fair_cfg, fig, shapes=(shape,), enough=enough)
+        if s is not None and s.wait > t.witness_wait:
+            t = replace(t, witness_wait=s.wait, witness_bound=bound_at(cfg, s.figures))
+            if t.verdict != "open":
+                return t
     f = witness(fair_cfg, fig, climb_iters=climb_iters, seed=seed, free=True, enough=WITHIN * worst,
-                shapes=(witness_candidates, stream_candidates))
+                shapes=(witness_candidates, stream_candidates, feeder_candidates))
     return t if f is None else replace(t, free_wait=f.wait, free_bound=bound_at(cfg, f.figures))
 
 

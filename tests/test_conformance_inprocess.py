@@ -124,18 +124,22 @@ def test_fair_passes_over_what_the_full_cap_skips(tmp_path):
 def test_planted_pass_over_out_of_order_is_caught(tmp_path):
     """The check above can fail: passed-over requests put back behind vLLM's
     skipped ones, instead of among them in visit order, diverge."""
+    from itertools import islice
+
     from lora_sched.scheduler import PassOverQueue
 
     class Behind(PassOverQueue):
         """the passed-over requests go back behind the ones vLLM skipped"""
 
-        def prepend_requests(self, requests) -> None:
-            if not self.fcfs:  # the heap puts back by its key
-                super().prepend_requests(requests)
-                return
-            self.scanning = False
-            aside, self.aside = self._aside(), set()
-            self.inner.extendleft(reversed([*reversed(list(requests)), *aside]))
+        def _settle(self, skipped) -> None:
+            skipped = list(skipped)
+            popped = {id(r) for _, r in self.popped}
+            end = self.at if self.prefix is None else self.tail_at - self.prefix  # not the prefix: unvisited
+            passed = [r for r in islice(self.inner, end) if id(r) not in popped]
+            super()._settle(skipped)
+            if passed and skipped:  # [vLLM's skipped, in visit order][passed over][the rest]
+                self.inner.remove_requests([*passed, *skipped])
+                self.inner.extendleft(reversed([*reversed(skipped), *passed]))
 
     exercised, _, diverged = _pass_over_runs(tmp_path, Behind)
     assert exercised and diverged, f"{Behind.__doc__}: went unnoticed ({exercised} exercised)"
@@ -149,13 +153,18 @@ def test_planted_tail_left_in_front_is_caught(tmp_path):
     class TailAhead(PassOverQueue):
         """the tail's skipped requests stay ahead of the prefix"""
 
-        def _fix(self, skipped) -> None:
-            self.prefix = None
-            back = self.aside | {id(r) for r in skipped}
-            self.aside = set()
-            before = [r for r in self.taken[:self.rotated_at] if id(r) in back]
-            tail = [r for r in skipped if id(r) in self.tail_ids]
-            self.inner.extendleft(reversed([*before, *tail]))
+        def _settle(self, skipped) -> None:
+            skipped = list(skipped)
+            head = self.inner[self.tail_at - self.prefix] if self.prefix else None  # the prefix's first
+            super()._settle(skipped)
+            back = {id(r) for r in skipped}
+            tail = [r for r in self.tail if id(r) in back]
+            if head is not None and tail:  # [before][the tail's skipped][prefix][the tail's unvisited]
+                moved = {id(r) for r in tail}
+                rest = [r for r in self.inner if id(r) not in moved]
+                i = next(i for i, r in enumerate(rest) if r is head)
+                self.inner.clear()
+                self.inner.extend([*rest[:i], *tail, *rest[i:]])
 
     _, tails, diverged = _pass_over_runs(tmp_path, TailAhead)
     assert tails and diverged, f"{TailAhead.__doc__}: went unnoticed ({tails} exercised)"

@@ -272,7 +272,7 @@ def _model_scan(policy: str, adapters: list[int], plain: list[bool], deferred: l
         owner = SimpleNamespace(_closed=closed, _held=held, _candidate=None, _first=set(), passed=0, tails_first=0,
                                 _blocked={r for r, p in zip(reqs, plain, strict=True) if not p},
                                 deferred_waiting={r for r, d in zip(reqs, deferred, strict=True) if d},
-                                _by_adapter=by_adapter)
+                                _by_adapter=by_adapter, _stop_back={})
         return reqs, q, owner
 
     _, bare, bare_owner = built()
@@ -333,3 +333,168 @@ def test_the_scan_ends_after_the_tail(outcomes: list[str]) -> None:
     assert pass_owner.tails_first == 1
     assert pass_owner.passed == (10 if len(outcomes) >= 2 else 0)  # the 0 and the 2 take an outcome each
     assert got == want and [r.request_id for r in wrapped.restore()] == [r.request_id for r in bare]
+
+
+# ---- `PassOverQueue` over several scans: the places kept from one scan to the next ----------
+
+def _model_scans(policy: str, init: list[tuple[int, bool]], scans: list[tuple]) -> list[tuple]:
+    """Several waiting scans as vLLM's loop runs them (`_model_scan`'s loop),
+    over vLLM's own queue bare (`wrap=False`) or through a fresh
+    `PassOverQueue` each scan with one owner throughout (its tally, the
+    driver's tail and per-adapter sets, and `_stop_back`, which `_places`
+    keeps from one scan to the next). `init`: (adapter, deferred) of the
+    backlog, all plain; each scan: (held, outcomes, events after it), an
+    event being ("arrive", adapter), ("preempt", i) (a request admitted
+    earlier comes back to the front, not deferred) or ("abort", i) (a
+    waiting request leaves). Returns, per scan and for each way, (the
+    requests visited with their outcome, in order; the queue after; the
+    deferred requests)."""
+    from collections import Counter, deque
+    from types import SimpleNamespace
+
+    from vllm.v1.core.sched.request_queue import SchedulingPolicy, create_request_queue
+    from vllm.v1.request import RequestStatus
+
+    from lora_sched.scheduler import PassOverQueue
+
+    class Req:
+        def __init__(self, i: int, adapter: int) -> None:
+            self.request_id = f"q{i}"
+            self.lora_request = SimpleNamespace(lora_int_id=adapter) if adapter else None
+            self.status = RequestStatus.WAITING
+            self.num_computed_tokens = 0
+            self.key = (0, i)
+
+        def __lt__(self, other: Req) -> bool:
+            return self.key < other.key
+
+    closed = {1, 2}
+
+    def adapter(r) -> int:
+        return r.lora_request.lora_int_id if r.lora_request else 0
+
+    def run(wrap: bool) -> list[tuple]:
+        q = create_request_queue(SchedulingPolicy(policy))
+        owner = SimpleNamespace(_closed=closed, _held=frozenset(), _candidate=None, _first=set(), passed=0,
+                                tails_first=0, _blocked=set(), deferred_waiting=set(), _by_adapter={}, _stop_back={})
+        made = 0
+
+        def join(a: int, deferred: bool) -> Req:
+            nonlocal made
+            r = Req(made, a)
+            made += 1
+            q.add_request(r)
+            owner._by_adapter.setdefault(a, set()).add(r)
+            if deferred:
+                owner.deferred_waiting.add(r)
+            return r
+
+        for a, d in init:
+            join(a, d)
+        tail: list[Req] = []
+        running: list[Req] = []
+        out = []
+        for held, outcomes, events in scans:
+            owner._held = frozenset(held)
+            queue = q
+            if wrap:
+                queue = PassOverQueue(q, owner)
+                queue.count(dict(Counter(adapter(r) for r in q)), [])
+                queue.tail = tail
+            tail = []
+            skipped: deque = deque()
+            visits, admitted, todo = [], [], list(outcomes)
+            while queue:
+                head = queue.peek_request()
+                owner._candidate = None
+                a = adapter(head)
+                what = "skip" if a > 0 and (a in owner._held or a not in closed) else (
+                    todo.pop(0) if todo else "stop")
+                visits.append((head.request_id, what))
+                if what == "stop":
+                    break
+                queue.pop_request()
+                if what == "skip":
+                    owner.deferred_waiting.add(head)
+                    skipped.appendleft(head)
+                else:
+                    admitted.append(head)
+                    owner._candidate = head
+                    owner.deferred_waiting.discard(head)
+            if skipped:
+                queue.prepend_requests(skipped)
+            if wrap:
+                q = queue.restore()
+            owner._candidate = None
+            for r in admitted:
+                owner._by_adapter[adapter(r)].discard(r)
+                running.append(r)
+            out.append((visits, [r.request_id for r in q], sorted(r.request_id for r in owner.deferred_waiting)))
+            for kind, x in events:
+                if kind == "arrive":
+                    tail.append(join(x, False))
+                elif kind == "preempt" and running:
+                    r = running.pop(x % len(running))
+                    r.status = RequestStatus.PREEMPTED
+                    q.prepend_request(r)
+                    owner._by_adapter.setdefault(adapter(r), set()).add(r)
+                elif kind == "abort" and len(q):
+                    r = list(q)[x % len(q)]
+                    q.remove_requests([r])
+                    owner.deferred_waiting.discard(r)
+                    owner._by_adapter[adapter(r)].discard(r)
+                    if r in tail:
+                        tail.remove(r)
+        return out
+
+    return list(zip(run(False), run(True), strict=True))
+
+
+@st.composite
+def _backlogs(draw: st.DrawFn) -> tuple:
+    """A backlog mostly of blocked adapters (3, 4) with a few requests of the
+    admissible ones (0, 1, 2) among them, then 2-5 scans with events."""
+    n = draw(st.integers(20, 300))
+    init = [(draw(st.sampled_from([3, 4])), draw(st.sampled_from([True] * 9 + [False]))) for _ in range(n)]
+    for _ in range(draw(st.integers(0, 8))):
+        init[draw(st.integers(0, n - 1))] = (draw(st.sampled_from([0, 1, 1, 2])), True)
+    event = st.one_of(st.tuples(st.just("arrive"), st.sampled_from([0, 1, 2, 3, 3, 4, 4])),
+                      st.tuples(st.just("preempt"), st.integers(0, 50)),
+                      st.tuples(st.just("abort"), st.integers(0, 400)))
+    scans = [(draw(st.sampled_from([(), (), (1,)])),
+              draw(st.lists(st.sampled_from(["skip", "admit", "admit", "stop"]), max_size=4)),
+              draw(st.lists(event, max_size=4))) for _ in range(draw(st.integers(2, 5)))]
+    return init, scans
+
+
+_RUN = [(3, True)] * 100  # a run longer than `_pass_over`'s first stretch (64)
+
+
+@given(case=_backlogs())
+@settings(max_examples=150, deadline=None)
+# the second scan finds the stops (1, 2 and the arrival) where the first left them (`_stop_back`)
+@example(case=([*_RUN, (1, True), *_RUN, (2, True), (4, True)],
+               [((), ["skip"], [("arrive", 1)]), ((), ["skip", "skip"], []), ((), [], [])]))
+# ... but not when a request behind one left since (here the 2, admitted): the 1 is one place on,
+# where its old place now holds a 3 (a pass-over that trusted the old place would pass the 1 over)
+@example(case=([*_RUN, (1, True), *_RUN, (2, True), *_RUN[:10], (1, True), (4, True)],
+               [((), ["skip", "admit", "stop"], [("arrive", 3)]), ((), ["skip", "admit"], []), ((), [], [])]))
+# many stops (nearly half the backlog): a stretch of the run is walked before they are placed, and
+# here the run ends right after the stretch, at a request the scan admits
+@example(case=([*_RUN[:64], *[(1, True)] * 50, (4, True)], [((), ["admit", "skip"], [("arrive", 1)]), ((1,), [], [])]))
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+def test_pass_over_sees_what_vllm_would_see_scan_after_scan(policy: str, case: tuple) -> None:
+    """Scan after scan (arrivals, preemptions and aborts between), vLLM's loop
+    through `PassOverQueue` visits exactly the requests it visits over the
+    bare queue, in the same order and with the same outcomes, less some
+    whose visit would only skip them; and it leaves the queue and
+    `deferred_waiting` as the bare scans do. So the scan order cannot drift
+    whether a run is walked, jumped to places found by the map or where
+    the last scan found them (`PassOverQueue._places`), or ends after the
+    tail."""
+    for bare, wrapped in _model_scans(policy, *case):
+        (b_visits, b_queue, b_deferred), (w_visits, w_queue, w_deferred) = bare, wrapped
+        seen = {rid for rid, _ in w_visits}
+        assert [v for v in b_visits if v[0] in seen] == w_visits
+        assert all(what == "skip" for rid, what in b_visits if rid not in seen)
+        assert (w_queue, w_deferred) == (b_queue, b_deferred)

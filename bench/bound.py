@@ -276,16 +276,17 @@ class _FeedGate(FairGate):
 FEEDERS = 200  # the most feeders `feeder_candidates` tries per candidate (each try is one run)
 
 
-def _feeds(fig: Figures, reqs: list[Request], guard: _FeedGuard, records: list[StepRecord]) -> list[tuple]:
+def _feeds(fig: Figures, reqs: list[Request], guard: _FeedGuard, records: list[StepRecord],
+           deadline_feeds: int = 1) -> list[tuple]:
     """Where a feeder would stretch the run, in step order: (arrival, key,
     adapter, outputs). Wherever a slot holder is about to lose its last
     running request while requests wait, one more of its adapter the step
     before: with L outputs outside a guard, with the outputs that end by
     the deadline for a victim inside one; and, the step after a guard sets
-    its deadline, one of a victim ending by it."""
+    its deadline, `deadline_feeds` of a victim ending by it."""
     L, adapter = fig.output, {r.id: r.adapter for r in reqs}
-    out = [(t + 1, ("deadline", t), victim, min(L, dl - t - 1)) for t, victim, dl in guard.deadlines
-           if dl - t - 1 >= 1]
+    out = [(t + 1, ("deadline", t, j), victim, min(L, dl - t - 1)) for t, victim, dl in guard.deadlines
+           if dl - t - 1 >= 1 for j in range(deadline_feeds)]
     for prev, rec in zip(records, records[1:], strict=False):
         if not rec.waiting or rec.step not in guard.scans:
             continue
@@ -299,7 +300,8 @@ def _feeds(fig: Figures, reqs: list[Request], guard: _FeedGuard, records: list[S
     return sorted(out, key=lambda f: f[0])
 
 
-def _fed(cfg: Config, fig: Figures, reqs: list[Request], feeder_prompt: int) -> list[Request] | None:
+def _fed(cfg: Config, fig: Figures, reqs: list[Request], feeder_prompt: int,
+         deadline_feeds: int = 1) -> list[Request] | None:
     """`reqs` with feeders added one at a time in step order (`_feeds`), each
     kept if the run stays within `fig`: a feeder changes the run only from
     its arrival on, so the feeds found before it still apply. None when
@@ -316,7 +318,7 @@ def _fed(cfg: Config, fig: Figures, reqs: list[Request], feeder_prompt: int) -> 
 
     got, tried = go(reqs), set()
     for n in range(FEEDERS if got is not None else 0):
-        feeds = [f for f in _feeds(fig, reqs, *got) if f[1] not in tried]
+        feeds = [f for f in _feeds(fig, reqs, *got, deadline_feeds) if f[1] not in tried]
         if not feeds:
             break
         arrival, key, a, o = feeds[0]
@@ -337,25 +339,28 @@ def feeder_candidates(cfg: Config, fig: Figures) -> Iterator[list[Request]]:
     while the block waits, with L outputs outside a guard (no slot holder is
     a victim then) and, inside one, for a victim with the outputs that end
     by the deadline (mechanism 3 lets it in); and one of a victim arrives
-    the step after a guard sets its deadline. So each guard waits
-    out a drain stretched by S and each gap keeps r*'s adapter in the slot,
-    which is what G and the gap charge; with a P-token prompt a feeder's
-    prefill stretches it further."""
+    the step after a guard sets its deadline (two in the last variants,
+    which wait longer on a family whose KV runs out, `adv-fairv9-kv-wait`).
+    So each guard waits out a drain stretched by S and each gap keeps r*'s
+    adapter in the slot, which is what G and the gap charge; with a P-token
+    prompt a feeder's prefill stretches it further."""
     lora = fig.adapters > 0
     per_step = max(1, fig.waiting)
     leads = sorted({min(cfg.max_loras, fig.adapters, cfg.max_num_seqs) if lora else 0, 0})
-    for k in sorted({fig.waiting, fig.waiting - 1} - {0}, reverse=True):
-        for lead in leads:
-            if k + lead > fig.present:
-                continue
-            after = 1 + -(-lead // per_step) if lead else 1
-            for prompt, feeder_prompt in ((fig.prompt, 1), (fig.prompt, fig.prompt), (1, 1), (1, fig.prompt)):
-                first = [Request(f"s{i}", i + 1, 1, fig.output, 1 + i // per_step) for i in range(lead)]
-                block = [Request(f"w{i}", (lead + i) % fig.adapters + 1 if lora else 0, prompt, fig.output, after)
-                         for i in range(k)]
-                fed = _fed(cfg, fig, first + block, feeder_prompt)
-                if fed is not None:
-                    yield fed
+    one = ((fig.prompt, 1, 1), (fig.prompt, fig.prompt, 1), (1, 1, 1), (1, fig.prompt, 1))
+    for feeds in (one, ((fig.prompt, 1, 2),)):  # (block prompt, feeder prompt, feeders at a deadline)
+        for k in sorted({fig.waiting, fig.waiting - 1} - {0}, reverse=True):
+            for lead in leads:
+                if k + lead > fig.present:
+                    continue
+                after = 1 + -(-lead // per_step) if lead else 1
+                for prompt, feeder_prompt, deadline_feeds in feeds:
+                    first = [Request(f"s{i}", i + 1, 1, fig.output, 1 + i // per_step) for i in range(lead)]
+                    block = [Request(f"w{i}", (lead + i) % fig.adapters + 1 if lora else 0, prompt, fig.output,
+                                     after) for i in range(k)]
+                    fed = _fed(cfg, fig, first + block, feeder_prompt, deadline_feeds)
+                    if fed is not None:
+                        yield fed
 
 
 def _mutate_within(rng: random.Random, reqs: list[Request], fig: Figures, fresh: int) -> list[Request]:

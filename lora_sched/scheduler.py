@@ -352,10 +352,10 @@ class PassOverQueue(RequestQueue):
     (`prepend_requests`), or after the scan (`restore`), the popped requests
     it did not put back (admitted, or queued in `kv_holding_waiting`) are
     deleted from their places (`_settle`: one `del` each, at C speed),
-    however long the runs passed over. In the heap the passed-over requests are popped and pushed
-    back by their key (where vLLM's own put-back pushes too). Either way the
-    queue ends as vLLM's own skips leave it: every request still waiting, in
-    the order it had.
+    however long the runs passed over. In the heap the passed-over requests
+    are popped and pushed back by their key (where vLLM's own put-back
+    pushes too). Either way the queue ends as vLLM's own skips leave it:
+    every request still waiting, in the order it had.
 
     A long backlog would still cost a visit per request here. So the queue
     also keeps a tally (`count`): per adapter, the requests not yet visited

@@ -199,6 +199,43 @@ def test_star_first_keeps_the_queue_order(n: int, data: st.DataObject) -> None:
 
 # ---- what the full cap skips, passed over: `PassOverQueue` ----------------------------------
 
+def _vllm_loop(queue, owner, skips, outcomes: list[str]) -> tuple[list[tuple[str, str]], list]:
+    """One waiting scan as vLLM's loop runs it over `queue` (vLLM's own queue,
+    or a `PassOverQueue` over it): peek the head (the visit promotes a
+    blocked status, its grammar being ready, and flushes a pending
+    admission, `owner._candidate`); skip it when `skips(head)` (pop it, add
+    it to `deferred_waiting`, `appendleft` it to the step's skipped deque),
+    else take the next of `outcomes`: admit (pop it, out of
+    `deferred_waiting`, as vLLM's admission discards it) or stop (also when
+    `outcomes` run out); then `prepend_requests` the skipped ones. Returns
+    the visits ((id, outcome), in order) and the admitted requests."""
+    from collections import deque
+
+    from vllm.v1.request import RequestStatus
+
+    skipped: deque = deque()
+    visits, admitted, todo = [], [], list(outcomes)
+    while queue:
+        head = queue.peek_request()
+        head.status = RequestStatus.WAITING
+        owner._candidate = None
+        what = "skip" if skips(head) else (todo.pop(0) if todo else "stop")
+        visits.append((head.request_id, what))
+        if what == "stop":
+            break
+        queue.pop_request()
+        if what == "skip":
+            owner.deferred_waiting.add(head)
+            skipped.appendleft(head)
+        else:
+            admitted.append(head)
+            owner._candidate = head
+            owner.deferred_waiting.discard(head)
+    if skipped:
+        queue.prepend_requests(skipped)
+    return visits, admitted
+
+
 def _model_scan(policy: str, adapters: list[int], plain: list[bool], deferred: list[bool], priority: list[int],
                 held: frozenset[int], tail_len: int, outcomes: list[str]):
     """One waiting scan as vLLM 0.32 / 0.33's loop runs it (ask, peek, decide,
@@ -211,7 +248,7 @@ def _model_scan(policy: str, adapters: list[int], plain: list[bool], deferred: l
     admission is pending until the next visit, as the driver's `_candidate`
     is. The last `tail_len` requests arrived since the last scan (not
     deferred)."""
-    from collections import Counter, deque
+    from collections import Counter
     from types import SimpleNamespace
 
     from vllm.v1.core.sched.request_queue import SchedulingPolicy, create_request_queue
@@ -241,25 +278,7 @@ def _model_scan(policy: str, adapters: list[int], plain: list[bool], deferred: l
         return a > 0 and (a in held or a not in closed)
 
     def scan(queue, owner) -> list[str]:
-        skipped: deque = deque()
-        admitted, todo = [], list(outcomes)
-        while queue:
-            head = queue.peek_request()
-            head.status = RequestStatus.WAITING  # the visit promotes a blocked status (its grammar is ready)
-            owner._candidate = None  # the visit flushes a pending admission
-            what = "skip" if blocked(head) else (todo.pop(0) if todo else "stop")
-            if what == "stop":
-                break
-            queue.pop_request()
-            if what == "skip":
-                owner.deferred_waiting.add(head)
-                skipped.appendleft(head)
-            else:
-                admitted.append(head.request_id)
-                owner._candidate = head
-        if skipped:
-            queue.prepend_requests(skipped)
-        return admitted
+        return [r.request_id for r in _vllm_loop(queue, owner, blocked, outcomes)[1]]
 
     def built():  # fresh requests for each run (a visit changes their status), their queue, their owner
         reqs = [Req(i, a) for i, a in enumerate(adapters)]
@@ -338,7 +357,7 @@ def test_the_scan_ends_after_the_tail(outcomes: list[str]) -> None:
 # ---- `PassOverQueue` over several scans: the places kept from one scan to the next ----------
 
 def _model_scans(policy: str, init: list[tuple[int, bool]], scans: list[tuple]) -> list[tuple]:
-    """Several waiting scans as vLLM's loop runs them (`_model_scan`'s loop),
+    """Several waiting scans as vLLM's loop runs them (`_vllm_loop`),
     over vLLM's own queue bare (`wrap=False`) or through a fresh
     `PassOverQueue` each scan with one owner throughout (its tally, the
     driver's tail and per-adapter sets, and `_stop_back`, which `_places`
@@ -349,7 +368,7 @@ def _model_scans(policy: str, init: list[tuple[int, bool]], scans: list[tuple]) 
     waiting request leaves). Returns, per scan and for each way, (the
     requests visited with their outcome, in order; the queue after; the
     deferred requests)."""
-    from collections import Counter, deque
+    from collections import Counter
     from types import SimpleNamespace
 
     from vllm.v1.core.sched.request_queue import SchedulingPolicy, create_request_queue
@@ -402,27 +421,9 @@ def _model_scans(policy: str, init: list[tuple[int, bool]], scans: list[tuple]) 
                 queue.count(dict(Counter(adapter(r) for r in q)), [])
                 queue.tail = tail
             tail = []
-            skipped: deque = deque()
-            visits, admitted, todo = [], [], list(outcomes)
-            while queue:
-                head = queue.peek_request()
-                owner._candidate = None
-                a = adapter(head)
-                what = "skip" if a > 0 and (a in owner._held or a not in closed) else (
-                    todo.pop(0) if todo else "stop")
-                visits.append((head.request_id, what))
-                if what == "stop":
-                    break
-                queue.pop_request()
-                if what == "skip":
-                    owner.deferred_waiting.add(head)
-                    skipped.appendleft(head)
-                else:
-                    admitted.append(head)
-                    owner._candidate = head
-                    owner.deferred_waiting.discard(head)
-            if skipped:
-                queue.prepend_requests(skipped)
+            visits, admitted = _vllm_loop(
+                queue, owner, lambda r: adapter(r) > 0 and (adapter(r) in owner._held or adapter(r) not in closed),
+                outcomes)
             if wrap:
                 q = queue.restore()
             owner._candidate = None

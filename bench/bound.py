@@ -44,6 +44,7 @@ from itertools import chain
 from pathlib import Path
 
 from lora_sched.bench.families import FAMILY_DIR, all_families
+from lora_sched.bench.simulate import progress
 from lora_sched.policy.driver import DriverStuck, Workload, run
 from lora_sched.policy.fair import (
     FairGate,
@@ -451,6 +452,9 @@ class Tightness:
     guard_bound: int | None = None  # G, what `star_admitted_within_G` allows a guard
     free_wait: int | None = None  # the witness within B's figures only (None: not sought)
     free_bound: int | None = None  # B at its own figures
+    # The witnesses' workloads (empty when none was found or, from a results file, kept):
+    witness_requests: tuple[Request, ...] = field(default=(), compare=False, repr=False)
+    free_requests: tuple[Request, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def verdict(self) -> str:
@@ -496,18 +500,21 @@ def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: in
     fair_cfg = replace(cfg, policy="fair")
     w = witness(fair_cfg, fig, climb_iters=climb_iters, seed=seed)
     t = Tightness(family, worst, bound_at(cfg, fig), fig, 0, 0) if w is None else \
-        Tightness(family, worst, bound_at(cfg, fig), fig, w.wait, bound_at(cfg, w.figures))
+        Tightness(family, worst, bound_at(cfg, fig), fig, w.wait, bound_at(cfg, w.figures),
+                  witness_requests=tuple(w.requests))
     if t.verdict != "open":
         return t
     for shape, enough in ((stream_candidates, None), (feeder_candidates, WITHIN * worst)):  # adapters kept
         s = witness(fair_cfg, fig, shapes=(shape,), enough=enough)
         if s is not None and s.wait > t.witness_wait:
-            t = replace(t, witness_wait=s.wait, witness_bound=bound_at(cfg, s.figures))
+            t = replace(t, witness_wait=s.wait, witness_bound=bound_at(cfg, s.figures),
+                        witness_requests=tuple(s.requests))
             if t.verdict != "open":
                 return t
     f = witness(fair_cfg, fig, climb_iters=climb_iters, seed=seed, free=True, enough=WITHIN * worst,
                 shapes=(witness_candidates, stream_candidates, feeder_candidates))
-    return t if f is None else replace(t, free_wait=f.wait, free_bound=bound_at(cfg, f.figures))
+    return t if f is None else replace(t, free_wait=f.wait, free_bound=bound_at(cfg, f.figures),
+                                       free_requests=tuple(f.requests))
 
 
 def print_tightness(rows: list[Tightness], title: str, noun: str = "families") -> dict[str, int]:
@@ -557,20 +564,59 @@ def _family_job(args: tuple[str, Config, list[Request], int]) -> Tightness:
     return tightness(name, replace(cfg, policy="fair"), reqs, climb_iters=iters, seed=len(name))
 
 
-def family_gap(directory: Path | None = None, *, climb_iters: int = 250, processes: int = 2) -> list[Tightness]:
+def family_gap(directory: Path | None = None, *, climb_iters: int = 250, processes: int = 2,
+               progress: Callable[[str], object] = progress) -> list[Tightness]:
     """`Tightness` on every family of `bench.families` that B applies to (one
-    priority), each witness hill-climbed `climb_iters` steps."""
+    priority), each witness hill-climbed `climb_iters` steps; a progress
+    line per family as it is judged."""
     import multiprocessing
+    import time
 
     fams = all_families(directory or FAMILY_DIR)
     jobs = [(n, cfg, reqs, climb_iters) for n, (cfg, reqs) in sorted(fams.items())
             if bound_applies(cfg, (r.priority for r in reqs)) is None]
+    rows: list[Tightness] = []
+    t0 = time.perf_counter()
     with multiprocessing.get_context("fork").Pool(processes) as pool:
-        return sorted(pool.map(_family_job, jobs), key=lambda t: t.family)
+        for i, t in enumerate(pool.imap_unordered(_family_job, jobs), 1):
+            rows.append(t)
+            progress(f"  [{i}/{len(jobs)}] {t.family}: {t.verdict} ({time.perf_counter() - t0:.0f} s)")
+    return sorted(rows, key=lambda t: t.family)
+
+
+WITNESSES = "bound-witnesses.json"  # beside bound-gap.json: the workloads behind its witness waits
+
+
+def witnesses_doc(rows: list[Tightness]) -> dict:
+    """The witness workloads of `rows`, per family: "kept" (the witness that
+    keeps the adapters) and "free" (within B's figures only) when found,
+    each as its wait and its requests [id, adapter, prompt, max_tokens,
+    arrival] (priority 0: B applies among equal priorities only). With
+    the family files, what `bench/results/bound-gap.json` claims can be
+    re-measured without searching again (`tests/test_bound_gap.py`)."""
+    def one(wait: int | None, reqs: tuple[Request, ...]) -> dict:
+        return {"wait": wait, "requests": [[r.id, r.adapter, r.prompt_tokens, r.max_tokens, r.arrival] for r in reqs]}
+
+    doc: dict[str, dict] = {}
+    for t in rows:
+        got = {}
+        if t.witness_requests:
+            got["kept"] = one(t.witness_wait, t.witness_requests)
+        if t.free_requests:
+            got["free"] = one(t.free_wait, t.free_requests)
+        if got:
+            doc[t.family] = got
+    return doc
+
+
+def witness_requests(entry: dict) -> list[Request]:
+    """The requests of one `witnesses_doc` entry ("kept" or "free")."""
+    return [Request(i, a, p, o, t) for i, a, p, o, t in entry["requests"]]
 
 
 def main_gap(out: Path, *, climb_iters: int = 250) -> int:
-    """`lora-sched bench --bound-gap`: `family_gap` printed and written to JSON."""
+    """`lora-sched bench --bound-gap`: `family_gap` printed and written to JSON
+    (`bound-gap.json`, and the witness workloads in `WITNESSES`)."""
     import json
     import time
 
@@ -582,6 +628,10 @@ def main_gap(out: Path, *, climb_iters: int = 250) -> int:
     path = out / "bound-gap.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {path}")
+    wit = witnesses_doc(rows)
+    (out / WITNESSES).write_text("{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in wit.items())
+                                 + "\n}\n")
+    print(f"wrote {out / WITNESSES} ({len(wit)} families' witnesses)")
     print(f"bound gap done in {time.perf_counter() - t0:.0f} s")
     return 1 if counts.get("broken") else 0
 

@@ -89,15 +89,29 @@ def test_planted_bound_below_a_witness_is_reported_broken(monkeypatch: pytest.Mo
     assert gap.tightness("adv-fairv8-kv-bound", cfg, reqs).verdict == "broken"
 
 
-def test_bound_gap_cli_prints_a_verdict_per_family(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bound_gap_cli_prints_a_verdict_per_family(tmp_path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """`lora-sched bench --bound-gap` end to end, on two families (all 94 take
+    6-8 minutes; their results are re-measured by
+    `test_the_saved_witnesses_give_the_pinned_verdicts`): a progress line
+    and a row per family, the counts, and both files, whose rows pass the
+    manifest's own re-check."""
+    import json
+
     from lora_sched.cli import main
 
+    picked = {n: load(FAMILY_DIR / f"{n}.json")[1:3] for n in ("adv-online-y", "adv-fairv8-bound")}
+    monkeypatch.setattr(gap, "all_families", lambda directory: picked)
     assert main(["bench", "--bound-gap", "--iters", "0", "--out", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert "adv-fairv8-kv-bound" in out
+    out, err = capsys.readouterr()
+    assert "[2/2]" in err and "adv-fairv8-bound" in out
     counts = next(line for line in out.splitlines() if " families: " in line).split(" (")[0]
-    assert "open" in counts and "broken" not in counts, counts
-    assert (tmp_path / "bound-gap.json").exists()
+    assert counts == "2 families: open 1, unreachable 1", counts
+    doc = json.loads((tmp_path / "bound-gap.json").read_text())
+    saved = json.loads((tmp_path / gap.WITNESSES).read_text())
+    for row in doc["rows"]:
+        cfg, reqs = picked[row["family"]]
+        assert _recheck(row, replace(cfg, policy="fair"), reqs, saved.get(row["family"], {})) == [], row["family"]
 
 
 def test_the_realistic_report_judges_each_workload(tmp_path) -> None:
@@ -204,3 +218,99 @@ def test_a_feeder_that_exceeds_the_figures_is_dropped(monkeypatch: pytest.Monkey
     monkeypatch.setattr(gap.Figures, "exceeded_by", lambda self, other, adapters=True: [])
     planted = gap._fed(cfg, fig, block, 1)
     assert planted is not None and _measured(cfg, planted)[1]["present"] > fig.present
+
+
+RESULTS = FAMILY_DIR.parent / "results"
+
+
+def _first_admitted(cfg, reqs: list[Request]) -> tuple[int, dict[str, int]]:
+    """fair's worst wait on `reqs` (first admission less arrival, read off the
+    step records, not `RunResult.waits`) and its figures, as `_measured`."""
+    res = run(replace(cfg, policy="fair"), Workload(reqs))
+    first: dict[str, int] = {}
+    for rec in res.records:
+        for rid in rec.admitted:
+            first.setdefault(rid, rec.step)
+    _, fig = _measured(cfg, reqs)
+    return max(first[r.id] - r.arrival for r in reqs), fig
+
+
+def _recheck(row: dict, cfg, reqs: list[Request], saved: dict) -> list[str]:
+    """What no longer holds of one pinned `bound-gap.json` row, re-measured
+    from fair's runs: the family's worst wait, figures and B; each saved
+    witness's wait, its figures within the family's (the adapters too for
+    the kept one) and B at its figures (above its wait, as pinned); and the
+    verdict those numbers give. Empty: the row stands."""
+    bad: list[str] = []
+    worst, fig = _first_admitted(cfg, reqs)
+    if (worst, fig) != (row["worst"], row["figures"]):
+        bad.append(f"family run: worst {worst}, figures {fig}; pinned {row['worst']}, {row['figures']}")
+    b = gap.bound_at(cfg, gap.Figures(**fig))
+    if b != row["bound"]:
+        bad.append(f"B {b}, pinned {row['bound']}")
+    pinned = {"kept": ("witness_wait", "witness_bound"), "free": ("free_wait", "free_bound")}
+    for kind, entry in saved.items():
+        wait, wfig = _first_admitted(cfg, gap.witness_requests(entry))
+        over = gap.Figures(**fig).exceeded_by(gap.Figures(**wfig), adapters=kind == "kept")
+        wb = gap.bound_at(cfg, gap.Figures(**wfig))
+        if over:
+            bad.append(f"{kind} witness exceeds the family's figures: {', '.join(over)}")
+        if (wait, wb) != (entry["wait"], row[pinned[kind][1]]) or wait != row[pinned[kind][0]]:
+            bad.append(f"{kind} witness: wait {wait}, B {wb}; pinned {row[pinned[kind][0]]}, {row[pinned[kind][1]]}")
+        if wait > wb:
+            bad.append(f"{kind} witness waits {wait} > B {wb} at its figures")
+    for kind, (w_key, _) in pinned.items():
+        if row[w_key] and row[w_key] > gap.WITHIN * row["worst"] and kind not in saved:
+            bad.append(f"the {kind} witness that settles the verdict is not saved")
+    if gap.tightness_of(row).verdict != row["verdict"]:
+        bad.append(f"verdict {gap.tightness_of(row).verdict}, pinned {row['verdict']}")
+    return bad
+
+
+def test_the_saved_witnesses_give_the_pinned_verdicts() -> None:
+    """`bench/results/bound-gap.json` is a manifest, as tlaplus/Examples keeps
+    one: per family its verdict and fingerprints (worst wait, figures, B,
+    witness waits), and `bound-witnesses.json` the workloads behind them.
+    Without searching again, every row is re-measured here (`_recheck`),
+    every family B applies to has one, and the verdict counts are pinned:
+    a change of rule, bound, family or witness that moves a figure fails
+    here until `lora-sched bench --bound-gap --out bench/results` is run
+    again and the counts re-pinned on purpose."""
+    import json
+
+    from lora_sched.bench.families import all_families
+    from lora_sched.policy.fair import bound_applies
+
+    doc = json.loads((RESULTS / "bound-gap.json").read_text())
+    saved = json.loads((RESULTS / gap.WITNESSES).read_text())
+    fams = {n: f for n, f in all_families().items() if bound_applies(f[0], (r.priority for r in f[1])) is None}
+    assert sorted(r["family"] for r in doc["rows"]) == sorted(fams)
+    assert set(saved) <= set(fams)
+    problems = {}
+    for row in doc["rows"]:
+        cfg, reqs = fams[row["family"]]
+        got = _recheck(row, replace(cfg, policy="fair"), reqs, saved.get(row["family"], {}))
+        if got:
+            problems[row["family"]] = got
+    assert not problems, problems
+    counts = {v: sum(r["verdict"] == v for r in doc["rows"]) for v in ("within", "unreachable", "open", "broken")}
+    assert counts == doc["counts"] | {"broken": 0} == {"within": 22, "unreachable": 67, "open": 5, "broken": 0}
+
+
+def test_a_tampered_witness_or_pin_is_caught() -> None:
+    """The manifest check can fail: a witness given one more waiting request
+    (past the family's Qw), a witness wait pinned one step high, and a
+    verdict pinned "unreachable" where the witness does not settle it."""
+    name, cfg, reqs, _ = load(FAMILY_DIR / "adv-online-y.json")
+    cfg = replace(cfg, policy="fair")
+    t = gap.tightness(name, cfg, reqs)
+    row, saved = gap.tightness_dict(t), gap.witnesses_doc([t])[name]
+    assert t.verdict == "unreachable" and _recheck(row, cfg, reqs, saved) == []
+    extra = saved["kept"]["requests"][0]
+    grown = {"kept": {**saved["kept"], "requests": saved["kept"]["requests"]
+                      + [[f"{extra[0]}+{i}", *extra[1:]] for i in range(row["figures"]["waiting"])]}}
+    assert any("exceeds the family's figures" in p and "waiting" in p for p in _recheck(row, cfg, reqs, grown))
+    assert any("kept witness: wait" in p for p in _recheck({**row, "witness_wait": row["witness_wait"] + 1}, cfg,
+                                                           reqs, saved))
+    lowered = {**row, "witness_wait": row["worst"], "verdict": "unreachable"}
+    assert any("verdict open, pinned unreachable" in p for p in _recheck(lowered, cfg, reqs, {}))

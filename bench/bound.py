@@ -23,7 +23,9 @@ not settle the verdict, one within B's own figures only, free to use up
 to one adapter per request (`free=True`); where the first leaves the
 verdict open, both also try streams that keep the slots busy in front of
 the waiting block (`stream_candidates`) and blocks whose every guard and
-gap *feeders* stretch as far as the rule lets them (`feeder_candidates`).
+gap *feeders* stretch as far as the rule lets them (`feeder_candidates`),
+and, under a DP throttle, blocks behind a base-model relay that keeps the
+throttle on, with a late feeder of each victim (`relay_candidates`).
 When a witness waits more than
 4x the family's worst wait, no bound in its figures is within 4x there
 (`Tightness.verdict` "unreachable"; `Tightness.reads` says which figures);
@@ -32,7 +34,9 @@ witnesses weak). A witness waiting longer than B at its own figures would
 be a counterexample to B ("broken"). Where fair is run here
 (`tightness`), the longest guard (r* chosen to admitted) is reported
 against G, the allowance of the lemma `star_admitted_within_G`: where B's
-slack is.
+slack is. `--bound-gap` (and `bench --realistic`) write the witness
+workloads beside their results (`write_witnesses`), so that every verdict
+can be re-measured without searching again (`tests/test_bound_gap.py`).
 """
 
 from __future__ import annotations
@@ -301,31 +305,44 @@ def _feeds(fig: Figures, reqs: list[Request], guard: _FeedGuard, records: list[S
     return sorted(out, key=lambda f: f[0])
 
 
+@dataclass
+class _FedRun:
+    """fair's run on a candidate, with the deadlines noted (`_FeedGuard`)."""
+
+    wait: int  # the worst wait
+    guard: _FeedGuard
+    records: list[StepRecord]
+    waits: dict[str, int]
+
+
+def _feed_run(cfg: Config, fig: Figures, reqs: list[Request]) -> _FedRun | None:
+    """fair on `reqs`, or None when the run cannot complete or leaves `fig`."""
+    gate = _FeedGate()
+    try:
+        res = run(replace(cfg, policy="fair"), Workload(reqs), max_steps=400_000, gate=gate)
+    except (DriverStuck, ValueError):
+        return None
+    if fig.exceeded_by(figures_of(reqs, res.records)) or not isinstance(gate.guard, _FeedGuard):
+        return None
+    waits = res.waits()
+    return _FedRun(max(waits.values(), default=0), gate.guard, res.records, waits)
+
+
 def _fed(cfg: Config, fig: Figures, reqs: list[Request], feeder_prompt: int,
          deadline_feeds: int = 1) -> list[Request] | None:
     """`reqs` with feeders added one at a time in step order (`_feeds`), each
     kept if the run stays within `fig`: a feeder changes the run only from
     its arrival on, so the feeds found before it still apply. None when
     `reqs` itself is not within `fig`."""
-    def go(cand: list[Request]) -> tuple[_FeedGuard, list[StepRecord]] | None:
-        gate = _FeedGate()
-        try:
-            res = run(replace(cfg, policy="fair"), Workload(cand), max_steps=400_000, gate=gate)
-        except (DriverStuck, ValueError):
-            return None
-        if fig.exceeded_by(figures_of(cand, res.records)) or not isinstance(gate.guard, _FeedGuard):
-            return None
-        return gate.guard, res.records
-
-    got, tried = go(reqs), set()
+    got, tried = _feed_run(cfg, fig, reqs), set()
     for n in range(FEEDERS if got is not None else 0):
-        feeds = [f for f in _feeds(fig, reqs, *got, deadline_feeds) if f[1] not in tried]
+        feeds = [f for f in _feeds(fig, reqs, got.guard, got.records, deadline_feeds) if f[1] not in tried]
         if not feeds:
             break
         arrival, key, a, o = feeds[0]
         tried.add(key)
         cand = reqs + [Request(f"f{n}", a, feeder_prompt, o, arrival)]
-        again = go(cand)
+        again = _feed_run(cfg, fig, cand)
         if again is not None:
             reqs, got = cand, again
     return reqs if got is not None else None
@@ -362,6 +379,70 @@ def feeder_candidates(cfg: Config, fig: Figures) -> Iterator[list[Request]]:
                     fed = _fed(cfg, fig, first + block, feeder_prompt, deadline_feeds)
                     if fed is not None:
                         yield fed
+
+
+RELAY_PERIODS = (0, 2)  # a relay request arrives every L - this many steps
+
+
+def _late_fed(cfg: Config, fig: Figures, reqs: list[Request]) -> list[Request] | None:
+    """`reqs` with a *late feeder* per guard, in step order: a request of the
+    victim with a P-token prompt arriving k steps before the deadline (k the
+    prefill interval) with the k outputs (else 1) that end by it if it is let
+    in on arrival, so mechanism 3 lets it in and its stay past the deadline
+    is all prefill. Each is kept if the run stays within `fig` and its worst
+    wait does not drop. None when `reqs` itself is not within `fig`."""
+    k = max(1, cfg.prefill_schedule_interval)
+    got = _feed_run(cfg, fig, reqs)
+    if got is None:
+        return None
+    wait, guard = got.wait, got.guard
+    tried: set[tuple[int, int]] = set()
+    for n in range(FEEDERS):
+        todo = [(v, dl) for _t, v, dl in guard.deadlines if (v, dl) not in tried and dl - k >= 1]
+        if not todo:
+            break
+        victim, dl = todo[0]
+        tried.add((victim, dl))
+        for outputs in sorted({min(k, fig.output), 1}, reverse=True):
+            cand = reqs + [Request(f"l{n}", victim, fig.prompt, outputs, dl - k)]
+            again = _feed_run(cfg, fig, cand)
+            if again is not None and again.wait >= wait:
+                reqs, wait, guard = cand, again.wait, again.guard
+                break
+    return reqs
+
+
+def relay_candidates(cfg: Config, fig: Figures) -> Iterator[list[Request]]:
+    """Workloads for a DP throttle (`prefill_schedule_interval` k > 1), which
+    defers prefills to every k-th step only while something decodes: a
+    *relay* of base-model requests (1-token prompt, L outputs, one every L
+    or L - 2 steps, so one is nearly always decoding beside everything else)
+    keeps the throttle on for the whole run, and takes a token of the budget
+    each step. A block of Qw - 1 or Qw - 2 requests (P-token prompt, L
+    outputs, each of the next adapter in turn) waits from step 2. Under fair
+    each of the block is put first in turn: its slot holder, the previous r*
+    admitted S steps before, is then still in its throttled prefill, so the
+    deadline is a full L + S away; a late feeder of the victim (`_late_fed`)
+    let in just before the deadline then stays for a whole throttled,
+    budget-shared prefill past it, and the next r* waits for that too. The
+    relay runs up to B while the feeders are found, then is cut a little
+    after the last admission of a LoRA request."""
+    k = cfg.prefill_schedule_interval
+    if k <= 1 or fig.adapters < 1:
+        return
+    L, P = fig.output, fig.prompt
+    horizon = bound_at(cfg, fig) + L
+    for size in sorted({fig.waiting - 1, fig.waiting - 2}, reverse=True):
+        if size < 1 or size + 2 > fig.present:
+            continue
+        block = [Request(f"w{i}", i % fig.adapters + 1, P, L, 2) for i in range(size)]
+        for less in RELAY_PERIODS:
+            relay = [Request(f"b{t}", 0, 1, L, t) for t in range(1, horizon, max(1, L - less))]
+            fed = _late_fed(cfg, fig, block + relay)
+            got = None if fed is None else _feed_run(cfg, fig, fed)
+            if got is not None:  # the relay past the block's last admission changes no wait of the block
+                end = max(r.arrival + got.waits.get(r.id, 0) for r in fed if r.adapter) + L
+                yield [r for r in fed if r.adapter or r.arrival <= end]
 
 
 def _mutate_within(rng: random.Random, reqs: list[Request], fig: Figures, fresh: int) -> list[Request]:
@@ -404,7 +485,7 @@ Shape = Callable[[Config, Figures], Iterator[list[Request]]]  # a builder of wit
 def witness(cfg: Config, fig: Figures, *, climb_iters: int = 0, seed: int = 0, free: bool = False,
             enough: int | None = None, shapes: tuple[Shape, ...] | None = None) -> Witness | None:
     """The best candidate of `shapes` (default `witness_candidates`; also
-    `stream_candidates`, `feeder_candidates`) that stays within `fig`, then
+    `stream_candidates`, `feeder_candidates`, `relay_candidates`) that stays within `fig`, then
     (with `climb_iters`) hill-climbed on fair's worst wait, every step kept
     within `fig` (a mutation that exceeds a figure is thrown away); with
     `enough`, both stop once a witness waits longer than it. With `free`,
@@ -493,10 +574,10 @@ def tightness(family: str, cfg: Config, reqs: list[Request], *, climb_iters: int
 def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: int = 0, seed: int = 0) -> Tightness:
     """`Tightness` from a run's figures and fair's worst wait there: the
     witness that keeps the adapters, then, where it does not settle the
-    verdict, the slot-holding streams (`stream_candidates`) and the fed
-    blocks (`feeder_candidates`) with the adapters kept, then the free
-    witness, streams and feeders included (climbed only until it settles
-    the verdict)."""
+    verdict, the slot-holding streams (`stream_candidates`), the fed
+    blocks (`feeder_candidates`) and the relayed blocks (`relay_candidates`)
+    with the adapters kept, then the free witness, all of them included
+    (climbed only until it settles the verdict)."""
     fair_cfg = replace(cfg, policy="fair")
     w = witness(fair_cfg, fig, climb_iters=climb_iters, seed=seed)
     t = Tightness(family, worst, bound_at(cfg, fig), fig, 0, 0) if w is None else \
@@ -504,7 +585,8 @@ def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: in
                   witness_requests=tuple(w.requests))
     if t.verdict != "open":
         return t
-    for shape, enough in ((stream_candidates, None), (feeder_candidates, WITHIN * worst)):  # adapters kept
+    for shape, enough in ((stream_candidates, None), (feeder_candidates, WITHIN * worst),
+                          (relay_candidates, WITHIN * worst)):  # adapters kept
         s = witness(fair_cfg, fig, shapes=(shape,), enough=enough)
         if s is not None and s.wait > t.witness_wait:
             t = replace(t, witness_wait=s.wait, witness_bound=bound_at(cfg, s.figures),
@@ -512,7 +594,7 @@ def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: in
             if t.verdict != "open":
                 return t
     f = witness(fair_cfg, fig, climb_iters=climb_iters, seed=seed, free=True, enough=WITHIN * worst,
-                shapes=(witness_candidates, stream_candidates, feeder_candidates))
+                shapes=(witness_candidates, stream_candidates, feeder_candidates, relay_candidates))
     return t if f is None else replace(t, free_wait=f.wait, free_bound=bound_at(cfg, f.figures),
                                        free_requests=tuple(f.requests))
 
@@ -609,6 +691,15 @@ def witnesses_doc(rows: list[Tightness]) -> dict:
     return doc
 
 
+def write_witnesses(path: Path, rows: list[Tightness]) -> None:
+    """`witnesses_doc(rows)` to `path`, one line per family."""
+    import json
+
+    wit = witnesses_doc(rows)
+    path.write_text("{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in wit.items()) + "\n}\n")
+    print(f"wrote {path} ({len(wit)} witnessed)")
+
+
 def witness_requests(entry: dict) -> list[Request]:
     """The requests of one `witnesses_doc` entry ("kept" or "free")."""
     return [Request(i, a, p, o, t) for i, a, p, o, t in entry["requests"]]
@@ -628,10 +719,7 @@ def main_gap(out: Path, *, climb_iters: int = 250) -> int:
     path = out / "bound-gap.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {path}")
-    wit = witnesses_doc(rows)
-    (out / WITNESSES).write_text("{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in wit.items())
-                                 + "\n}\n")
-    print(f"wrote {out / WITNESSES} ({len(wit)} families' witnesses)")
+    write_witnesses(out / WITNESSES, rows)
     print(f"bound gap done in {time.perf_counter() - t0:.0f} s")
     return 1 if counts.get("broken") else 0
 

@@ -46,7 +46,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from lora_sched.bench.bound import Figures, figures_of, judge, print_tightness, tightness_dict, tightness_of
+from lora_sched.bench.bound import (
+    Figures,
+    Tightness,
+    figures_of,
+    judge,
+    print_tightness,
+    tightness_dict,
+    write_witnesses,
+)
 from lora_sched.bench.popularity import tail_head_ratio
 from lora_sched.bench.simulate import simulate_policy
 from lora_sched.bench.tailhead import report as conflicts
@@ -234,14 +242,13 @@ def _job(args: tuple[Spec, tuple[str, int | None]]) -> dict:
     return measure(*args)
 
 
-def _witness_job(args: tuple[Spec, dict]) -> dict:
+def _witness_job(args: tuple[Spec, dict]) -> Tightness:
     """`bench.bound.witness` within the figures of fair's run at the default
     knob: is B within 4x of that run's worst wait reachable by any bound in
     those figures?"""
     spec, row = args
     cfg = spec.config(starvation_steps=DEFAULT_FAIR[1])
-    t = judge(spec.name, cfg, Figures(**row["figures"]), row["max"])
-    return tightness_dict(t)
+    return judge(spec.name, cfg, Figures(**row["figures"]), row["max"])
 
 
 def run_grid(specs: list[Spec], points: tuple[tuple[str, int | None], ...] = POINTS, *, processes: int = 2,
@@ -315,6 +322,9 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+WITNESSES = "realistic-witnesses.json"  # beside realistic.json: the workloads behind its witness waits
+
+
 def report(out: Path, *, large: bool = False, requests: int | None = None, plots: bool = True,
            processes: int = 2, results: Path | None = None) -> int:
     """`lora-sched bench --realistic`: run the grid, print the table and the
@@ -347,9 +357,9 @@ def report(out: Path, *, large: bool = False, requests: int | None = None, plots
           "(Q, Qw, P, L, adapters) that makes fair wait longer", flush=True)
     by_name = {s.name: s for s in specs}
     with multiprocessing.get_context("fork").Pool(processes) as pool:
-        gaps = pool.map(_witness_job, [(by_name[r["workload"]], r) for r in fair_rows])
-    doc["bound"] = {g["family"]: g for g in gaps}
-    print_tightness([tightness_of(g) for g in gaps], f"realistic grid, {label(DEFAULT_FAIR)}", "workloads")
+        judged = pool.map(_witness_job, [(by_name[r["workload"]], r) for r in fair_rows])
+    doc["bound"] = {t.family: tightness_dict(t) for t in judged}
+    print_tightness(judged, f"realistic grid, {label(DEFAULT_FAIR)}", "workloads")
     print("\nwhere no rule can meet the goals together: the best schedule of a small instance "
           "(bench.tailhead, exhaustive search):")
 
@@ -359,6 +369,7 @@ def report(out: Path, *, large: bool = False, requests: int | None = None, plots
     for path in [out / "realistic.json"] + ([results] if results is not None else []):
         path.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {path}")
+        write_witnesses(path.parent / WITNESSES, judged)
     if plots:
         from lora_sched.bench.plots import realistic_adapters, realistic_tradeoff
 

@@ -25,7 +25,9 @@ verdict open, both also try streams that keep the slots busy in front of
 the waiting block (`stream_candidates`) and blocks whose every guard and
 gap *feeders* stretch as far as the rule lets them (`feeder_candidates`),
 and, under a DP throttle, blocks behind a base-model relay that keeps the
-throttle on, with a late feeder of each victim (`relay_candidates`).
+throttle on, with a late feeder of each victim (`relay_candidates`); the
+free witness also tries blocks whose slot holders are fed online, step by
+step, from fair's own state (`steered_candidates`).
 When a witness waits more than
 4x the family's worst wait, no bound in its figures is within 4x there
 (`Tightness.verdict` "unreachable"; `Tightness.reads` says which figures);
@@ -41,6 +43,7 @@ can be re-measured without searching again (`tests/test_bound_gap.py`).
 
 from __future__ import annotations
 
+import copy
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -49,6 +52,7 @@ from pathlib import Path
 
 from lora_sched.bench.families import FAMILY_DIR, all_families
 from lora_sched.bench.simulate import progress
+from lora_sched.policy.core import ScheduleError, Scheduler
 from lora_sched.policy.driver import DriverStuck, Workload, run
 from lora_sched.policy.fair import (
     FairGate,
@@ -62,7 +66,7 @@ from lora_sched.policy.fair import (
 from lora_sched.policy.workloads import FAMILIES
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
-from lora_sched.spec.state import StepRecord, peak_present, peak_waiting
+from lora_sched.spec.state import StepRecord, blocks_for, peak_present, peak_waiting
 
 VARIANTS = {
     "sync": {},
@@ -445,6 +449,151 @@ def relay_candidates(cfg: Config, fig: Figures) -> Iterator[list[Request]]:
                 yield [r for r in fed if r.adapter or r.arrival <= end]
 
 
+def _preemptions(sched: Scheduler, extra: list[Request], horizon: int) -> int:
+    """Preemptions in the next `horizon` steps of a copy of `sched` with `extra`
+    arriving now and nothing after (what a feeder of `steered_candidates` costs)."""
+    s = copy.deepcopy(sched)
+    step = s.state.step + 1
+    for r in extra:
+        s.add(replace(r, arrival=step))
+    n = 0
+    for i in range(horizon):
+        if not s.has_work():
+            break
+        n += len(s.step(step + i).preempted)
+    return n
+
+
+def _steer(cfg: Config, fig: Figures, k: int, block_out: int, reach: int, chain_out: int,
+           max_steps: int = 20_000) -> list[Request] | None:
+    """One `steered_candidates` workload, built online: fair is stepped here and
+    the feeders of each step are chosen from its state (guard included).
+
+    `max_loras` lead requests take the slots at step 1 and a block of k
+    requests (one adapter each beyond them, 1-token prompt, `block_out`
+    outputs) waits from step 2. Then each step, while any of the block
+    waits, a slot holder about to lose its last running request gets a
+    feeder of its adapter: `chain_out` outputs outside a guard; the step
+    before the next r* can be chosen (the cooldown's end, or when the
+    oldest waiting one has waited S), every holder whose longest request
+    has fewer than `reach` outputs left gets one with `reach` + 1, so the
+    guard's deadline is as far as `reach` lets it; inside a guard one victim
+    (the soonest) is fed with the outputs that end by the deadline and
+    drains last, and every other victim, near the deadline, gets a *late*
+    one (it stops being a victim and keeps its slot), so only one slot
+    frees for r* and the rest of the block stays behind the cap through the
+    gap; r*'s adapter gets a feeder when r* is about to take the freed slot
+    (the next holder). Where KV is finite a feeder whose outputs would
+    preempt (looked ahead `L` steps) is shortened or dropped: under finite
+    KV a preemption frees a slot and lets the block in early, so holders
+    are kept small (`chain_out`) except for the deadline-setting ones.
+    Feeders arrive only within Qw and Q."""
+    cfg = replace(cfg, policy="fair")
+    m, S, kv = cfg.max_loras, cfg.starvation_steps, cfg.kv_blocks
+    L = fig.output
+    if kv is not None:  # a request must fit the KV cache (`Scheduler.add`)
+        L = max((o for o in range(1, L + 1) if blocks_for(1 + o, cfg.block_size) <= kv), default=0)
+    if L < 1 or k < 1 or m < 1:
+        return None
+    reach, chain_out, block_out = min(reach, L - 1), max(1, min(chain_out, L)), max(1, min(block_out, L))
+    gate = FairGate()
+    sched = Scheduler(cfg, gate)
+    st = sched.state
+    leads = [Request(f"s{i}", i + 1, 1, chain_out, 1) for i in range(m)]
+    block = [Request(f"w{i}", m + 1 + i % max(1, fig.adapters - m), 1, block_out, 2) for i in range(k)]
+    out, pending, block_ids = leads + block, {1: list(leads), 2: list(block)}, {r.id for r in block}
+    drainer: dict[str, int] = {}  # r* -> the victim left to drain
+    n = 0
+    try:
+        for step in range(1, max_steps):
+            arr = pending.pop(step, [])
+            guard = gate.guard
+            if step > 2 and not any(r in block_ids for r in st.waiting):
+                return out
+            if step > 2 and guard is not None and st.waiting:
+                held: dict[int, int] = {}  # slot holder -> outputs left of its longest request
+                for r in st.running:
+                    rs = st.reqs[r]
+                    if rs.req.adapter > 0:
+                        held[rs.req.adapter] = max(held.get(rs.req.adapter, 0), rs.req.max_tokens - rs.generated)
+                star = guard.star
+                victims = guard.victims if star is not None else set()
+                choose = None if star is not None else \
+                    max(guard.cool_until, min(st.reqs[r].waiting_since for r in st.waiting) + S)
+                if star is not None and victims and star not in drainer:
+                    soonest = sorted(victims & set(held), key=lambda a: (held[a], a))
+                    if soonest:
+                        drainer[star] = soonest[0]
+                want: list[tuple[int, int]] = []  # (adapter, outputs)
+                for a, left in sorted(held.items()):
+                    if a in victims:
+                        d = guard.deadline[a]
+                        if a == drainer.get(star):
+                            if left == 1 and d - step >= 1:
+                                want.append((a, d - step))
+                        elif len(victims) > 1 and (left == 1 or d - step <= 1):
+                            late = d - step + 1 <= max(chain_out, 2)
+                            want.append((a, max(d - step + 1, chain_out) if late else min(chain_out, d - step)))
+                    elif choose is not None and step == choose - 1 and left < reach:
+                        want.append((a, reach + 1))
+                    elif left == 1:
+                        want.append((a, chain_out))
+                if star is not None and len(set(held) - {guard.star_adapter}) < m \
+                        and guard.star_adapter not in held and guard.star_adapter > 0:
+                    want.append((guard.star_adapter, chain_out))  # r* takes a slot now: its successor
+                room = min(fig.waiting - len(st.waiting), fig.present - len(st.waiting) - len(st.running)) - len(arr)
+                for a, o in want[:max(0, room)]:
+                    r = Request(f"f{n}", a, 1, max(1, min(o, L)), step)
+                    if kv is not None:
+                        base = _preemptions(sched, arr, L + 2)
+                        for o2 in sorted({r.max_tokens, 3 * r.max_tokens // 4, r.max_tokens // 2,
+                                          min(r.max_tokens, chain_out), 1} - {0}, reverse=True):
+                            r = replace(r, max_tokens=o2)
+                            if _preemptions(sched, arr + [r], L + 2) <= base:
+                                break
+                        else:
+                            continue
+                    n += 1
+                    arr.append(r)
+                    out.append(r)
+            for r in arr:
+                sched.add(r)
+            if st.waiting or st.running:
+                sched.step(step)
+    except (ScheduleError, ValueError):
+        return None
+    return None
+
+
+STEER_REACH = (1.0, 0.75)  # `steered_candidates`: the deadline-setting feeders' outputs, as a share of L
+
+
+def steered_candidates(cfg: Config, fig: Figures) -> Iterator[list[Request]]:
+    """Blocks that wait behind slot holders fed online, one step at a time,
+    from fair's own state (`_steer`): every r* of the block finds every slot
+    held by a request with about `reach` outputs left (so its deadline is
+    `reach` + S away), only one slot drains by the deadline (the other
+    victims get a late feeder and stay), r*'s adapter is fed as it takes
+    the slot, and through the gap the block stays behind the cap. So each
+    of the block waits S, then a guard of `reach` + S and a gap of S per
+    request ahead of it, which is the G + S per guard that B charges, less
+    its drain and budget slack. Under finite KV (`adv-fairv10-kv-throughput`)
+    the plain and fed blocks lose this: a holder whose KV runs out is
+    preempted, its slot frees and r* (and the block behind it) walks in
+    early, so here the holders are fed short requests, only the
+    deadline-setting ones are long, and a feeder that would preempt within
+    L steps is shortened. A block request has one adapter of its own where
+    the figures allow (the free witness); the block leaves room in Qw for
+    the holders' feeders (k = Qw - max_loras, Qw - max_loras - 1)."""
+    m = cfg.max_loras
+    for k in sorted({fig.waiting - m, fig.waiting - m - 1}, reverse=True):
+        for share in STEER_REACH:
+            reach = max(1, int(fig.output * share))
+            got = _steer(cfg, fig, k, 1, reach, max(2, fig.output // 4))
+            if got is not None:
+                yield got
+
+
 def _mutate_within(rng: random.Random, reqs: list[Request], fig: Figures, fresh: int) -> list[Request]:
     out = list(reqs)
     top = max(1, fig.adapters)
@@ -485,8 +634,9 @@ Shape = Callable[[Config, Figures], Iterator[list[Request]]]  # a builder of wit
 def witness(cfg: Config, fig: Figures, *, climb_iters: int = 0, seed: int = 0, free: bool = False,
             enough: int | None = None, shapes: tuple[Shape, ...] | None = None) -> Witness | None:
     """The best candidate of `shapes` (default `witness_candidates`; also
-    `stream_candidates`, `feeder_candidates`, `relay_candidates`) that stays within `fig`, then
-    (with `climb_iters`) hill-climbed on fair's worst wait, every step kept
+    `stream_candidates`, `feeder_candidates`, `relay_candidates`,
+    `steered_candidates`) that stays within `fig`, then (with `climb_iters`)
+    hill-climbed on fair's worst wait, every step kept
     within `fig` (a mutation that exceeds a figure is thrown away); with
     `enough`, both stop once a witness waits longer than it. With `free`,
     within B's own figures only: the witness may use up to one adapter per
@@ -568,7 +718,7 @@ def tightness(family: str, cfg: Config, reqs: list[Request], *, climb_iters: int
     fair_cfg = replace(cfg, policy="fair")
     d = drain_steps(fair_cfg, max_prompt=fig.prompt, max_output=fig.output, queue=fig.present)
     d0 = non_decode_steps(fair_cfg, max_prompt=fig.prompt, max_output=fig.output, queue=fig.present)
-    return replace(t, guard=longest, guard_bound=guard_steps(fair_cfg, d, d0, fig.present))
+    return replace(t, guard=longest, guard_bound=guard_steps(fair_cfg, d, d0, fig.present, max_prompt=fig.prompt))
 
 
 def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: int = 0, seed: int = 0) -> Tightness:
@@ -576,8 +726,9 @@ def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: in
     witness that keeps the adapters, then, where it does not settle the
     verdict, the slot-holding streams (`stream_candidates`), the fed
     blocks (`feeder_candidates`) and the relayed blocks (`relay_candidates`)
-    with the adapters kept, then the free witness, all of them included
-    (climbed only until it settles the verdict)."""
+    with the adapters kept, then the free witness, all of them and the
+    steered blocks (`steered_candidates`) included (climbed only until it
+    settles the verdict)."""
     fair_cfg = replace(cfg, policy="fair")
     w = witness(fair_cfg, fig, climb_iters=climb_iters, seed=seed)
     t = Tightness(family, worst, bound_at(cfg, fig), fig, 0, 0) if w is None else \
@@ -594,7 +745,8 @@ def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: in
             if t.verdict != "open":
                 return t
     f = witness(fair_cfg, fig, climb_iters=climb_iters, seed=seed, free=True, enough=WITHIN * worst,
-                shapes=(witness_candidates, stream_candidates, feeder_candidates, relay_candidates))
+                shapes=(witness_candidates, stream_candidates, feeder_candidates, relay_candidates,
+                        steered_candidates))
     return t if f is None else replace(t, free_wait=f.wait, free_bound=bound_at(cfg, f.figures),
                                        free_requests=tuple(f.requests))
 

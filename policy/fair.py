@@ -117,7 +117,12 @@ Lemmas, each but `guards_ahead` a monitor in `tests/test_state_machines.py`:
   stop at r* admits nobody, so within D + 1 steps `running` empties or r*
   is in or cap-blocked (t1); a victim's slot is free by t0 + G1* and
   nobody can take it first; then within D + 1 more steps capacity lets
-  r* in. Where the cap cannot block r*, G = D + 2: nobody is admitted from
+  r* in. G = D + D0 + S + 4 where, besides, capacity cannot stop r* once a
+  seat and a slot are free (`capacity_admits_star`: KV unlimited, no DP
+  throttle, and T covers the other N - 1 requests' largest chunks and r*'s
+  first): the request whose leaving frees the slot frees a seat too (with
+  KV unlimited nothing is preempted), and r* is visited first in the next
+  scan, so it is in then. Where the cap cannot block r*, G = D + 2: nobody is admitted from
   t0 until r* (r* has no async output in flight when chosen, and a
   waiting request gets none), so `running` empties within D steps, and
   then r* is in (a DP throttle defers prefills only while something
@@ -147,6 +152,7 @@ choose no r* (at most p before each of the at most Qw choices), so every
 request is first admitted within
 
     B = Qw * (G + S + p)  =  Qw * (2D + D0 + 2S + 4 + p)   (max_loras < N)
+                             Qw * (D + D0 + 2S + 4)        (max_loras < N, capacity admits r*)
                              Qw * (D + S + 2 + p)          (max_loras >= N)
 
 steps of joining `waiting`: linear in the requests waiting ahead, in the
@@ -361,12 +367,30 @@ def cap_can_block(config: Config, queue: int | None = None) -> bool:
     return config.max_loras < seats(config, queue)
 
 
-def guard_steps(config: Config, drain: int, non_decode: int, queue: int | None = None) -> int:
+def capacity_admits_star(config: Config, *, max_prompt: int, queue: int | None = None) -> bool:
+    """Does r* always fit once a seat and a LoRA slot are free? Yes when KV is
+    unlimited, no DP throttle defers prefills, and the budget left after the
+    other N - 1 requests' largest chunks (a prompt of at most P tokens, or
+    c, the long-prefill threshold; a decode's 1 where prompts are never
+    split) still holds r*'s first chunk (1 token with chunked prefill, else
+    its whole prompt up to c)."""
+    if config.kv_blocks is not None or config.prefill_schedule_interval > 1:
+        return False
+    c, chunked = config.long_prefill_token_threshold, config.chunked_prefill
+    other = min(max_prompt, c) if c > 0 else (max_prompt if chunked else 1)
+    first = 1 if chunked else (min(max_prompt, c) if c > 0 else max_prompt)
+    return config.max_num_batched_tokens >= (seats(config, queue) - 1) * other + first
+
+
+def guard_steps(config: Config, drain: int, non_decode: int, queue: int | None = None, *, max_prompt: int) -> int:
     """G of the module docstring (`drain` is D, `non_decode` D0): r* is
     admitted within 2D + D0 + S + 4 steps of being chosen where the cap can
-    block it (`cap_can_block`), else within D + 2."""
+    block it (`cap_can_block`), D + D0 + S + 4 where besides capacity cannot
+    stop it once a seat and a slot are free (`capacity_admits_star`), else
+    within D + 2."""
     if cap_can_block(config, queue):
-        return star_victim_steps(drain, non_decode, config.starvation_steps) + (drain + 1) + 1
+        wait = 0 if capacity_admits_star(config, max_prompt=max_prompt, queue=queue) else drain
+        return star_victim_steps(drain, non_decode, config.starvation_steps) + (wait + 1) + 1
     return drain + 2
 
 
@@ -399,7 +423,8 @@ def fair_bound(config: Config, *, queue: int, max_prompt: int, max_output: int, 
     d = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     d0 = non_decode_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     qw = queue if waiting is None else waiting
-    return qw * (guard_steps(config, d, d0, queue) + gap_steps(config) + unscanned_steps(config, queue))
+    return qw * (guard_steps(config, d, d0, queue, max_prompt=max_prompt) + gap_steps(config)
+                 + unscanned_steps(config, queue))
 
 
 def workload_bound(config: Config, requests: Iterable[Request], *, queue: int | None = None,

@@ -42,6 +42,7 @@ from lora_sched.policy.fair import (
     FairHolds,
     bound_applies,
     cap_can_block,
+    capacity_admits_star,
     drain_steps,
     fair_bound,
     guard_steps,
@@ -236,8 +237,10 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
       victim, G1 = `victim_steps(D, S)` = D + S + 1 and
       G1* = `star_victim_steps(D, D0, S)` = D + D0 + S + 2;
     - `star_admitted_within_G`: r* chosen at t0 is admitted (or aborted) by
-      t0 + G, G = `guard_steps` = 2D + D0 + S + 4, or where the cap cannot
-      block r* (max_loras >= N) D + 2;
+      t0 + G, G = `guard_steps` = 2D + D0 + S + 4, D + D0 + S + 4 where
+      capacity cannot stop r* once a seat and a slot are free
+      (`capacity_admits_star`), or where the cap cannot block r*
+      (max_loras >= N) D + 2;
     - `star_chosen`: a step past the gap that scans the waiting queue while
       a request never admitted has waited S steps ends with an r*, and at
       most p = `unscanned_steps` steps in a row scan none (keys
@@ -258,7 +261,7 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
     d = drain_steps(sched.config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     d0 = non_decode_steps(sched.config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     s = sched.config.starvation_steps
-    g_steps = guard_steps(sched.config, d, d0, queue)
+    g_steps = guard_steps(sched.config, d, d0, queue, max_prompt=max_prompt)
     g1_steps, g1_star = victim_steps(d, s), star_victim_steps(d, d0, s)
     if star0 is not None and star0 in rec.admitted and rec.admitted[0] != star0:
         return f"star_first: r* {star0} admitted after {rec.admitted[:rec.admitted.index(star0)]} at step {step}"
@@ -546,6 +549,27 @@ def test_guard_monitor_fires_when_g_is_planted_too_small(monkeypatch: pytest.Mon
     cfg = replace(cfg, policy="fair")
     assert not cap_can_block(cfg, len(reqs))
     assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
-    monkeypatch.setattr(sys.modules[__name__], "guard_steps", lambda config, drain, non_decode, queue=None: drain // 2)
+    monkeypatch.setattr(sys.modules[__name__], "guard_steps",
+                        lambda config, drain, non_decode, queue=None, **k: drain // 2)
+    broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
+    assert broken is not None and broken.startswith("star_admitted_within_G"), broken
+
+
+def test_guard_monitor_fires_when_g_is_planted_too_small_where_capacity_admits_r_star(
+        monkeypatch: pytest.MonkeyPatch):
+    """`star_admitted_within_G` is not vacuous where the cap can block r* and
+    capacity cannot stop it once a seat and a slot are free (G = D + D0 + S +
+    4, `capacity_admits_star`): on the starvation stream (160 steps) fair's
+    longest guard uses 0.71 of that G, so with G planted at half of it the
+    monitor fires on fair's real rule, which keeps it at the real G."""
+    from lora_sched.bench.families import coded_families
+
+    cfg, reqs = coded_families()["starvation stream 160"]
+    cfg = replace(cfg, policy="fair")
+    p = max(r.prompt_tokens for r in reqs)
+    assert cap_can_block(cfg, len(reqs)) and capacity_admits_star(cfg, max_prompt=p, queue=len(reqs))
+    assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
+    real = guard_steps
+    monkeypatch.setattr(sys.modules[__name__], "guard_steps", lambda *a, **k: real(*a, **k) // 2)
     broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
     assert broken is not None and broken.startswith("star_admitted_within_G"), broken

@@ -2,7 +2,7 @@
 
 For R=4 requests (arrivals in steps 1..3), P<=1, L<=2, max_loras 1,
 max_num_seqs 2, T=4, S=0, the solver's worst first-admission wait is
-4; B = fair_bound(Q=4) = 48. The witness must replay in `policy/`
+4; B = fair_bound(Q=4) = 36. The witness must replay in `policy/`
 with exactly that wait (written by `python -m lora_sched.proofs.emit`).
 """
 
@@ -23,4 +23,4 @@ CEX = {'aborts': {'r3': 8},
 
 def test_fair_worst_wait_witness_replays() -> None:
     out = replay(Cex.from_json(CEX))
-    assert max(out.waits.values()) == 4 <= 48, out.detail
+    assert max(out.waits.values()) == 4 <= 36, out.detail

@@ -112,21 +112,23 @@ Lemmas, each but `guards_ahead` a monitor in `tests/test_state_machines.py`:
   y's output of the step before still in flight (and D0 + L = D + 1). A late
   request is let in only while another victim remains, so one always
   remains.
-- `star_admitted_within_G` (G = 2D + D0 + S + 4 when max_loras < N): r*
-  chosen at t0 is admitted by t0 + G. Until the cap blocks it, a capacity
-  stop at r* admits nobody, so within D + 1 steps `running` empties or r*
-  is in or cap-blocked (t1); a victim's slot is free by t0 + G1* and
-  nobody can take it first; then within D + 1 more steps capacity lets
-  r* in. G = D + D0 + S + 4 where, besides, capacity cannot stop r* once a
-  seat and a slot are free (`capacity_admits_star`: KV unlimited, no DP
-  throttle, and T covers the other N - 1 requests' largest chunks and r*'s
-  first): the request whose leaving frees the slot frees a seat too (with
-  KV unlimited nothing is preempted), and r* is visited first in the next
-  scan, so it is in then. Where the cap cannot block r*, G = D + 2: nobody is admitted from
-  t0 until r* (r* has no async output in flight when chosen, and a
-  waiting request gets none), so `running` empties within D steps, and
-  then r* is in (a DP throttle defers prefills only while something
-  decodes).
+- `star_admitted_within_G` (G = 2D + D0 + S + 4 when max_loras < N; D +
+  D0 + S + 4 when, besides, capacity admits r*): r* chosen at t0 is
+  admitted by t0 + G. Until the cap blocks it, a capacity stop at r*
+  admits nobody, so within D + 1 steps `running` empties or r* is in or
+  cap-blocked (t1); a victim's slot is free by t0 + G1* and nobody can
+  take it first; then within D + 1 more steps capacity lets r* in. Where
+  capacity cannot stop r* once a seat and a slot are free
+  (`capacity_admits_star`: KV unlimited, no DP throttle, and T covers the
+  other N - 1 requests' largest chunks and r*'s first), that last wait is
+  one step: the request whose leaving frees the slot frees a seat too
+  (with KV unlimited nothing is preempted), and r* is visited first in
+  the next scan, so it is in then; G = G1* + 2 keeps no slack of its own
+  beyond `victim_drains`'. Where the cap cannot block r*, G = D + 2:
+  nobody is admitted from t0 until r* (r* has no async output in flight
+  when chosen, and a waiting request gets none), so `running` empties
+  within D steps, and then r* is in (a DP throttle defers prefills only
+  while something decodes).
 - `guards_apart`: no r* is chosen within S steps of the admission of the
   one before it (so a guard and the gap after it take at most G + S).
 - `guards_ahead`: every r* whose guard runs while a request r waits (from

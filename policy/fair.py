@@ -91,7 +91,7 @@ decoding, so the next step does not defer) or a decode; async scheduling
 adds the sure-to-finish step and the output that lands one step late. The cap can
 block r* only when max_loras < N: the scan stops at a full `running`
 before it asks the cap, so the cap sees at most N - 1 running adapters.
-Lemmas, each but `guards_ahead` a monitor in `tests/test_state_machines.py`:
+Lemmas, each a monitor in `tests/test_state_machines.py`:
 
 - `star_first`: from the step r* is chosen, nobody is admitted before r*
   in a scan (r* is visited first; a capacity stop at r* ends the scan).

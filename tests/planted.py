@@ -93,3 +93,18 @@ class KeepLateVictimGuard(FairGuard):
 
 class KeepLateVictimGate(FairGate):
     guard_class = KeepLateVictimGuard
+
+
+class NewestStarvingGuard(FairGuard):
+    """Mechanism 1 choosing the newest request that has waited S steps, not
+    the oldest, so a request that arrives after r can be put first while r
+    waits (and one after another, without limit)."""
+
+    def _oldest_starving(self, step: int, stale=lambda rid: False) -> str | None:
+        cands = [(since, rid) for rid, (since, _a) in self._waiting.items()
+                 if step - since >= self.starvation_steps and not stale(rid)]
+        return max(cands)[1] if cands else None
+
+
+class NewestStarvingGate(FairGate):
+    guard_class = NewestStarvingGuard

@@ -245,10 +245,19 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
       a request never admitted has waited S steps ends with an r*, and at
       most p = `unscanned_steps` steps in a row scan none (keys
       "unscanned", the current run of them, and "cool", the end of the gap
-      when the step started)."""
+      when the step started);
+    - `guards_ahead`: every r* whose guard runs while a request r waits
+      for its first admission (from the step t_r it arrives) was waiting
+      when step t_r started, or every one of them was when step t_r + 1
+      started, and each is r* once in that time (so at most Qw guards run
+      while r waits; key "ahead": r -> [the waiting sets of steps t_r and
+      t_r + 1, the guards seen as (r*, the step it was chosen)])."""
     g, st_ = sched.gate.guard, sched.state
     if g is None:
         return None
+    broken = _guards_ahead(st_, rec, step, g, victim_since.setdefault("ahead", {}))
+    if broken:
+        return broken
     p = unscanned_steps(sched.config, queue)
     victim_since["unscanned"] = victim_since.get("unscanned", 0) + 1 if rec.preempted else 0
     if victim_since["unscanned"] > p:
@@ -285,6 +294,31 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
         if step > free_by and any(st_.reqs[r].req.adapter == v for r in st_.running):
             return (f"victim_drains: victim {v} chosen at {since} for r* chosen at {g.chosen_at} still holds a "
                     f"slot at {step} > min(t1 + D + S + 1, t0 + D + D0 + S + 2) = {free_by}")
+    return None
+
+
+def _guards_ahead(st_, rec, step: int, g, ahead: dict) -> str | None:
+    """The `guards_ahead` monitor of `lemma_violation` after step `step`."""
+    now = set(rec.waiting)
+    for rid in rec.waiting:
+        if rid not in ahead and st_.reqs[rid].req.arrival == step and not st_.reqs[rid].preemptions:
+            ahead[rid] = [now, None, set()]
+    for rid in list(ahead):
+        rs = st_.reqs[rid]
+        first, second, seen = ahead[rid]
+        if step == rs.req.arrival + 1:
+            ahead[rid][1] = second = now
+        if rs.first_admitted is not None and rs.first_admitted < step or rs.status in ("finished", "aborted"):
+            del ahead[rid]  # no longer waiting for its first admission
+            continue
+        if g.star is not None and (rs.first_admitted is None or g.star == rid):
+            seen.add((g.star, g.chosen_at))
+        stars = {s for s, _ in seen}
+        if len(stars) < len(seen):
+            return f"guards_ahead: while {rid} waits an r* is chosen twice: {sorted(seen)}"
+        if not (stars <= first or (second is not None and stars <= second)):
+            return (f"guards_ahead: while {rid} (arrived {rs.req.arrival}) waits, r*s {sorted(stars - first)} were "
+                    f"not all waiting when step {rs.req.arrival} or {rs.req.arrival + 1} started")
     return None
 
 
@@ -433,7 +467,7 @@ def _first_broken_lemma(cfg: Config, reqs: list[Request], gate) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("planted", ["drain", "keep_late", "not_first", "no_gap", "late_choice"])
+@pytest.mark.parametrize("planted", ["drain", "keep_late", "not_first", "no_gap", "late_choice", "newest"])
 def test_lemma_monitors_catch_planted_bugs(planted):
     """Each monitor can fail, and the real rule keeps it on the same input:
     fair whose drain admissions ignore the deadline breaks `victim_drains` on
@@ -443,14 +477,27 @@ def test_lemma_monitors_catch_planted_bugs(planted):
     `star_first` once a preempted request rejoins the head of the queue;
     fair without the gap after a guard (v7) breaks `guards_apart` on the
     max_loras-1 burst searched against v7, and fair that chooses r* only at
-    every other scan breaks `star_chosen` there."""
+    every other scan breaks `star_chosen` there; fair that puts the newest
+    starving request first, not the oldest, breaks `guards_ahead` on
+    `adv-fair-bound` (a request that arrived after another becomes r* while
+    it waits)."""
     from lora_sched.bench.families import FAMILY_DIR, load
-    from planted import KeepLateVictimGate, LateChoiceGate, NoGapGate, NotFirstGate, UnboundedDrainGate
+    from planted import (
+        KeepLateVictimGate,
+        LateChoiceGate,
+        NewestStarvingGate,
+        NoGapGate,
+        NotFirstGate,
+        UnboundedDrainGate,
+    )
 
     if planted in ("drain", "keep_late"):
         cfg, wl = starvation_stream(200)
         bug = UnboundedDrainGate() if planted == "drain" else KeepLateVictimGate()
         cfg, reqs, want = replace(cfg, policy="fair"), wl.requests, "victim_drains"
+    elif planted == "newest":
+        _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fair-bound.json")
+        cfg, bug, want = replace(cfg, policy="fair"), NewestStarvingGate(), "guards_ahead"
     elif planted in ("no_gap", "late_choice"):
         _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fairv7-throughput.json")
         bug, want = (NoGapGate(), "guards_apart") if planted == "no_gap" else (LateChoiceGate(), "star_chosen")

@@ -33,6 +33,8 @@ from lora_sched.bench.adversarial import (
 from lora_sched.bench.bound import main_gap
 from lora_sched.bench.families import FAMILY_DIR, FamilyError, all_families
 from lora_sched.bench.frontier import frontier, print_table
+from lora_sched.bench.knobs import KNOBS, SEEDS
+from lora_sched.bench.knobs import report as knob_report
 from lora_sched.bench.live import LIVE_INPUT_MEAN, LIVE_OUTPUT, LIVE_PROMPTS, LIVE_STARVATION_STEPS, main_live
 from lora_sched.bench.live_field import FAMILY_REPEAT, ROUNDS, main_live_field
 from lora_sched.bench.online import report as online_report
@@ -91,6 +93,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the vLLM release every simulated run follows (default {releases.NEWEST}; "
                              "spec/releases.py)")
     parser.add_argument("--large", action="store_true", help="--realistic: the 48-workload grid (default 12)")
+    parser.add_argument("--knob-goals", nargs="?", const=",".join(map(str, KNOBS)), default=None, metavar="S,S,...",
+                        help="issue 20's goals at each starvation_steps value (default "
+                             f"{','.join(map(str, KNOBS))}): the saved families, fresh searches against fair at "
+                             "each value (--knob-seeds, --iters, --restarts) and the realistic grid (bench.knobs)")
+    parser.add_argument("--knob-seeds", default=",".join(map(str, SEEDS)),
+                        help="--knob-goals: the fresh searches' seeds")
     parser.add_argument("--online", action="store_true",
                         help="judge the saved pairs (adv-online*): every online rule is beaten by the field "
                              "on one of each (exhaustive search, bench.online)")
@@ -198,6 +206,9 @@ def _main(args: argparse.Namespace) -> int:
         return main_gap(out, climb_iters=args.iters)
     if args.realistic:
         return realistic_report(out, large=args.large, plots=not args.no_plots)
+    if args.knob_goals is not None:
+        return knob_report(out, _ints(args.knob_goals), _ints(args.knob_seeds), iters=args.iters,
+                           restarts=args.restarts, plots=not args.no_plots)
     if args.adversarial or args.frontier:
         return main_search(args, out)
     t_start = time.perf_counter()

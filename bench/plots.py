@@ -224,3 +224,42 @@ def realistic_tradeoff(rows: list[dict], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def knob_goals(doc: dict, path: Path) -> Path:
+    """`bench --knob-goals`: the share of each goal set met at each S (left),
+    and fair's tail/head on the realistic workloads where vllm's exceeds 3,
+    against S, vllm's as dashed lines (right)."""
+    knobs = doc["knobs"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    sets = (("saved_design", "adversarial, saved, design"), ("saved_held_out", "adversarial, saved, held out"),
+            ("fresh", "adversarial, fresh searches at S"))
+    for key, title in sets:
+        axes[0].plot(knobs, [doc["by_knob"][str(k)][key]["ok"] / max(1, doc["by_knob"][str(k)][key]["of"])
+                             for k in knobs], marker="o", label=title)
+    for key, title in (("realistic_design", "realistic goals, design"),
+                       ("realistic_held_out", "realistic goals, held out")):
+        axes[0].plot(knobs, [sum(g["met"] for g in doc["by_knob"][str(k)][key]) / len(doc["by_knob"][str(k)][key])
+                             for k in knobs], marker="s", linestyle="--", label=title)
+    axes[0].set_xlabel("S (starvation_steps)")
+    axes[0].set_ylabel("share met")
+    axes[0].set_ylim(0, 1.05)
+    axes[0].legend(fontsize=7)
+    axes[0].set_title("issue 20's goals met, by S")
+    base = doc["realistic_vllm_tail_head"]
+    starving = sorted(w for w, v in base.items() if v > 3)
+    for i, w in enumerate(starving):
+        c = f"C{i}"
+        axes[1].plot(knobs, [doc["by_knob"][str(k)]["realistic_tail_head"][w] for k in knobs], marker="o",
+                     color=c, label=w.split("-")[0])
+        axes[1].axhline(base[w], color=c, linestyle=":", linewidth=1)
+    axes[1].axhline(2.0, color="black", linewidth=0.8)
+    axes[1].set_yscale("log")
+    axes[1].set_xlabel("S (starvation_steps)")
+    axes[1].set_ylabel("tail/head mean wait (fair; dotted: vllm)")
+    axes[1].legend(fontsize=7)
+    axes[1].set_title("realistic, where vllm's tail/head > 3 (goal: <= 2)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

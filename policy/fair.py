@@ -19,9 +19,12 @@ vLLM's `assert len(scheduled_loras) <= max_loras` cannot fire.
    the step it joined `waiting`, then arrival order. Any request can be r*:
    base-model, of an active adapter, of an inactive one. r* stays r* until
    it is admitted; then no new r* is chosen for S steps (guards are S
-   apart). The scan visits r* first; if capacity stops it (seats, budget,
-   KV for its whole sequence, no chunking, the throttle), the scan stops
-   there, as vLLM's own stops do.
+   apart). Under the priority queue a request of a more urgent priority
+   that has waited S steps replaces r* (the guard starts again for it): a
+   guard never keeps a freeing slot from a more urgent starving request,
+   which vLLM's priority scan would give it. The scan visits r* first; if
+   capacity stops it (seats, budget, KV for its whole sequence, no
+   chunking, the throttle), the scan stops there, as vLLM's own stops do.
 2. **The slots that can free by a deadline drain.** If the cap blocks r*
    and no victim holds a slot, the *deadline* is the step + the fewest
    outputs left of a slot holder's longest-running request + S (the step
@@ -138,8 +141,9 @@ Lemmas, each a monitor in `tests/test_state_machines.py`:
   S steps when r had not, so it joined earlier. It was waiting when step
   t_r started, or it was preempted in step t_r, which then admits nobody,
   so all of them are waiting when step t_r or step t_r + 1 starts; and
-  each is r* once per stay in `waiting`. So at most Qw guards run in that
-  time, r's own included, and a gap follows each but r's own.
+  each is r* once per stay in `waiting` (with one priority nothing replaces
+  an r*). So at most Qw guards run in that time, r's own included, and a
+  gap follows each but r's own.
 - `star_chosen` (p = N - 1 where KV can run out, else 0): from the step r
   has waited S steps until it is admitted, a step that is in no guard and
   no gap chooses an r* (r is a candidate: it has no async output in
@@ -222,6 +226,7 @@ class FairGuard:
     step: int = 0
     backlog: dict[int, int] = field(default_factory=dict)  # adapter -> waiting requests
     _waiting: dict[str, tuple[int, int]] = field(default_factory=dict)  # rid -> (waiting since, adapter)
+    _level: dict[str, int] = field(default_factory=dict)  # rid -> its priority level (0 without the priority queue)
     _heaps: dict[int, list[tuple[int, int, str]]] = field(default_factory=dict)  # level -> (since, seq, rid)
     _held: set[int] = field(default_factory=set)  # victims with a request held in this scan (FIFO)
     _late: dict[str, int] = field(default_factory=dict)  # this scan's requests let in past the deadline
@@ -232,13 +237,14 @@ class FairGuard:
             self.dequeue(w.id)
         self._waiting[w.id] = (w.waiting_since, w.adapter)
         self.backlog[w.adapter] = self.backlog.get(w.adapter, 0) + 1
-        level = w.priority if self.priority_queue else 0
+        level = self._level[w.id] = w.priority if self.priority_queue else 0
         heapq.heappush(self._heaps.setdefault(level, []), (w.waiting_since, w.seq, w.id))
 
     def dequeue(self, rid: str) -> None:
         """`rid` left `waiting` (admitted, aborted, finished); its heap entry goes lazily."""
         entry = self._waiting.pop(rid, None)
         if entry is not None:
+            self._level.pop(rid, None)
             self.backlog[entry[1]] -= 1
             if not self.backlog[entry[1]]:
                 del self.backlog[entry[1]]
@@ -247,12 +253,17 @@ class FairGuard:
         return set(self._waiting)
 
     def begin_scan(self, step: int, stale: Callable[[str], bool] = lambda rid: False) -> str | None:
-        """Find r* when a waiting scan starts (sticky until admitted); returns it,
-        or None when there is none or it cannot be admitted this step (`stale`:
-        its async output is in flight; it stays r*)."""
+        """Find r* when a waiting scan starts (sticky until admitted, or until
+        a request of a more urgent priority level starves, which replaces it);
+        returns it, or None when there is none or it cannot be admitted this
+        step (`stale`: its async output is in flight; it stays r*)."""
         self.step, self._held, self._late = step, set(), {}
         if self.star is not None and self.star not in self._waiting:
             self._clear()  # aborted (or admitted behind the guard's back)
+        if self.star is not None:
+            urgent = [level for level in sorted(self._heaps) if level < self._level[self.star]]
+            if urgent and self._first_starving(urgent, step, stale) is not None:
+                self._clear()  # a more urgent request starves: its guard starts now (priority queue only)
         if self.star is None and step >= self.cool_until:  # guards are S apart
             found = self._oldest_starving(step, stale)
             if found is not None:
@@ -263,10 +274,17 @@ class FairGuard:
 
     def _oldest_starving(self, step: int, stale: Callable[[str], bool]) -> str | None:
         """The smallest (priority level, waiting since, arrival order) among the
-        waiting requests that waited S steps and are not stale. Per level the
-        candidates are the heap's oldest entries, so the first level whose
-        oldest valid, non-stale entry waited S steps holds the answer."""
-        for level in sorted(self._heaps):
+        waiting requests that waited S steps and are not stale."""
+        return self._first_starving(sorted(self._heaps), step, stale)
+
+    def _first_starving(self, levels: Iterable[int], step: int, stale: Callable[[str], bool]) -> str | None:
+        """`_oldest_starving` among the priority levels `levels` (ascending).
+        Per level the candidates are the heap's oldest entries, so the first
+        level whose oldest valid, non-stale entry waited S steps holds the
+        answer."""
+        for level in levels:
+            if level not in self._heaps:
+                continue
             heap, skipped, found = self._heaps[level], [], None
             while heap:
                 since, _seq, rid = heap[0]

@@ -433,8 +433,10 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     budget `B0` and seats `seats0` the running phase left.
 
     begin_scan: r* is kept while it is waiting (sticky, with its victims and
-    deadline); otherwise, once `step >= cool_until` (S after the last r* was
-    admitted: guards are S apart), it is the oldest waiting request (any
+    deadline) and, under the priority queue, no request of a more urgent
+    priority is a candidate (one that is replaces it); otherwise, once
+    `step >= cool_until` (S after the last r* was admitted: guards are S
+    apart), it is the oldest waiting request (any
     adapter, base included) that waited `step - waiting_since >= S` (state
     `arrival` holds waiting_since); oldest by (priority under the priority queue,
     waiting_since, seq) (in the fast path, without preemption or
@@ -463,14 +465,15 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
         def ahead(j: int, i: int) -> z3.BoolRef:
             return queue_before(p, m, j, i)
     sticky = z3.Or([z3.And(m.Z[i], m.W[i]) for i in rng])
-    if mutant == "star_not_sticky":
-        sticky = z3.BoolVal(False)
     gap_over = t >= m.CU  # guards are S apart: no new r* before `cool_until`
     if mutant == "gap_forever":  # after the first guard, no r* is ever chosen again
         gap_over = m.CU == 0
     cand = [z3.And(m.W[i], t - m.arrival[i] >= p.S, gap_over) for i in rng]
     if mutant == "star_lora_only":  # fair's first design: a base-model request is never r*
         cand = [z3.And(c, p.adapter[i] > 0) for i, c in enumerate(cand)]
+    if b.priority and mutant != "star_kept_over_urgent":  # a more urgent starving request replaces r*
+        urgent = z3.Or([z3.And(m.Z[i], m.W[i], cand[j], p.prio[j] < p.prio[i]) for i in rng for j in rng if j != i])
+        sticky = z3.And(sticky, z3.Not(urgent))
     if b.general:  # `FairGuard._oldest_starving`: (priority under the priority queue, waiting_since, seq)
         def older(j: int, i: int) -> z3.BoolRef:
             if mutant == "star_youngest":
@@ -563,7 +566,7 @@ NO_SLOT = 1 << 30  # above any outputs left: the fewest outputs left over no slo
 MUTANTS = ("cap_early", "cap_late", "seats_unchecked", "budget_plus_one", "fifo_reversed",
            "drop_running", "guard_off", "star_youngest", "star_lora_only", "throttle_ignored", "async_no_skip",
            "kv_unchecked", "victim_head", "preempt_to_tail", "priority_ignored", "star_priority_ignored",
-           "star_not_sticky", "drain_unbounded", "gap_forever", "late_kept")
+           "star_kept_over_urgent", "drain_unbounded", "gap_forever", "late_kept")
 
 
 def decoding(p: Params, m: Mid, i: int) -> z3.BoolRef:

@@ -116,8 +116,8 @@ CATALOGUE: tuple[Mutant, ...] = (
            "vllm", "no_hol_blocking", PRIO, 2),
     Mutant("star_priority_ignored", "fair's r* ignores priorities under the priority queue (oldest by waiting time)",
            "fair", "no_hol_blocking", replace(PRIO, max_loras=(1, 1)), 4),
-    Mutant("star_not_sticky", "fair re-chooses r* every step (a more urgent request that starts starving later "
-           "takes over)", "fair", "no_hol_blocking", replace(PRIO, max_loras=(1, 1)), 5),
+    Mutant("star_kept_over_urgent", "fair keeps r* while a request of a more urgent priority starves (the guard "
+           "keeps a freeing slot from it)", "fair", "no_hol_blocking", replace(PRIO, max_loras=(1, 1)), 5),
 )
 # cap_late_fair plants the same bug as cap_late under the other policy.
 _BUG = {"cap_late_fair": "cap_late", "guard_off_s1": "guard_off", "drain_unbounded_s1": "drain_unbounded"}

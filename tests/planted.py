@@ -108,3 +108,25 @@ class NewestStarvingGuard(FairGuard):
 
 class NewestStarvingGate(FairGate):
     guard_class = NewestStarvingGuard
+
+
+class KeptOverUrgentGuard(FairGuard):
+    """Mechanism 1 as v10 had it: r* stays r* until admitted even when a
+    request of a more urgent priority starves, so under the priority queue
+    the guard can give a freeing slot to the less urgent r*."""
+
+    def begin_scan(self, step: int, stale=lambda rid: False) -> str | None:
+        self.step, self._held, self._late = step, set(), {}
+        if self.star is not None and self.star not in self._waiting:
+            self._clear()
+        if self.star is None and step >= self.cool_until:
+            found = self._oldest_starving(step, stale)
+            if found is not None:
+                self.star, self.star_adapter, self.chosen_at = found, self._waiting[found][1], step
+        if self.star is None or stale(self.star):
+            return None
+        return self.star
+
+
+class KeptOverUrgentGate(FairGate):
+    guard_class = KeptOverUrgentGuard

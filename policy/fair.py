@@ -260,10 +260,8 @@ class FairGuard:
         self.step, self._held, self._late = step, set(), {}
         if self.star is not None and self.star not in self._waiting:
             self._clear()  # aborted (or admitted behind the guard's back)
-        if self.star is not None:
-            urgent = [level for level in sorted(self._heaps) if level < self._level[self.star]]
-            if urgent and self._first_starving(urgent, step, stale) is not None:
-                self._clear()  # a more urgent request starves: its guard starts now (priority queue only)
+        if self.star is not None and self._outranked(self.star, step, stale):
+            self._clear()  # a more urgent request starves: its guard starts now (priority queue only)
         if self.star is None and step >= self.cool_until:  # guards are S apart
             found = self._oldest_starving(step, stale)
             if found is not None:
@@ -271,6 +269,12 @@ class FairGuard:
         if self.star is None or stale(self.star):
             return None
         return self.star
+
+    def _outranked(self, star: str, step: int, stale: Callable[[str], bool]) -> bool:
+        """Has a request of a more urgent priority level than r* (`star`)'s
+        waited S steps (and no async output in flight)? Then it replaces r*."""
+        urgent = [level for level in sorted(self._heaps) if level < self._level[star]]
+        return bool(urgent) and self._first_starving(urgent, step, stale) is not None
 
     def _oldest_starving(self, step: int, stale: Callable[[str], bool]) -> str | None:
         """The smallest (priority level, waiting since, arrival order) among the

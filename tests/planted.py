@@ -115,17 +115,8 @@ class KeptOverUrgentGuard(FairGuard):
     request of a more urgent priority starves, so under the priority queue
     the guard can give a freeing slot to the less urgent r*."""
 
-    def begin_scan(self, step: int, stale=lambda rid: False) -> str | None:
-        self.step, self._held, self._late = step, set(), {}
-        if self.star is not None and self.star not in self._waiting:
-            self._clear()
-        if self.star is None and step >= self.cool_until:
-            found = self._oldest_starving(step, stale)
-            if found is not None:
-                self.star, self.star_adapter, self.chosen_at = found, self._waiting[found][1], step
-        if self.star is None or stale(self.star):
-            return None
-        return self.star
+    def _outranked(self, star: str, step: int, stale=lambda rid: False) -> bool:
+        return False
 
 
 class KeptOverUrgentGate(FairGate):

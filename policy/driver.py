@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from lora_sched.policy import make_gate
@@ -97,10 +97,12 @@ def run(
     source: str = "lora-sched reference",
     gate: Gate | None = None,
     keep_records: bool = True,
+    scheduler: Callable[..., Scheduler] = Scheduler,
 ) -> RunResult:
     """Drive `workload` until every request finished or was aborted.
 
-    `gate` replaces the policy's gate (tests plant bugs this way).
+    `gate` replaces the policy's gate (tests plant bugs this way), and
+    `scheduler` the core (`bench.preemption` runs an experimental subclass).
     `keep_records=False` keeps memory to the live requests: step records go
     only to the trace (when `trace_path` is given), the scheduler forgets
     finished requests, and each request's first admission is summarised as
@@ -119,7 +121,7 @@ def run(
     if _RELEASE is not None:
         config = replace(config, vllm=_RELEASE)
     # Without records nobody reads a step's `holds`: the scan reports only what it reached.
-    sched = Scheduler(config, gate if gate is not None else make_gate(config.policy), forget_done=not keep_records,
+    sched = scheduler(config, gate if gate is not None else make_gate(config.policy), forget_done=not keep_records,
                       all_holds=keep_records)
     first: dict[str, int | None] | None = None if keep_records else {}
     arrival: dict[str, int] = {}

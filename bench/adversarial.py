@@ -459,7 +459,7 @@ def goal_rows(directory: Path = FAMILY_DIR, *, field: tuple[str, ...] = ("draine
     for name, cfg, reqs, design in fams:
         progress(f"goals: {name} ({len(reqs)} requests)")
         pts = {(p["policy"], p["knob"]): p for p in points(cfg, reqs, policies=("vllm", "fair", *field),
-                                                            knobs=tuple(sorted({knob, DEFAULT_KNOB})))}
+                                                            knobs=(DEFAULT_KNOB,), knobs_of={"fair": (knob,)})}
         f, v = pts["fair", knob], pts["vllm", None]
         ratio_ok = f["ratio"] >= GOAL_RATIO
         wait_ok = f["wait"] <= GOAL_WAIT * v["wait"] + knob

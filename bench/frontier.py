@@ -37,14 +37,16 @@ FRONTIER_POLICIES = ("vllm", *KNOBBED, "vtc")
 
 
 def points(cfg: Config, reqs: list[Request], *, policies: tuple[str, ...] = FRONTIER_POLICIES,
-           knobs: tuple[int, ...] = KNOBS, model: CostModel = DEFAULT) -> list[dict]:
-    """One point per (policy, knob) on one family."""
+           knobs: tuple[int, ...] = KNOBS, model: CostModel = DEFAULT,
+           knobs_of: dict[str, tuple[int, ...]] | None = None) -> list[dict]:
+    """One point per (policy, knob) on one family; `knobs_of` gives some
+    knobbed policies knobs of their own (the others take `knobs`)."""
     base = simulate_policy(cfg, reqs, "vllm", model)
     base_tp = base.block["request_throughput"]
     base_steps = base.result.last_step - min(r.arrival for r in reqs) + 1
     out = []
     for policy in policies:
-        for knob in (knobs if policy in KNOBBED else (None,)):
+        for knob in ((knobs_of or {}).get(policy, knobs) if policy in KNOBBED else (None,)):
             c = cfg if knob is None else replace(cfg, starvation_steps=knob)
             r = base if policy == "vllm" else simulate_policy(c, reqs, policy, model)
             steps = r.result.last_step - min(q.arrival for q in reqs) + 1

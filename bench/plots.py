@@ -267,33 +267,39 @@ def knob_goals(doc: dict, path: Path) -> Path:
 
 def preemption(rows: list[dict], fair_points: list[str], field_points: list[str], path: Path) -> Path:
     """`bench.preemption`: on each workload where vllm's tail/head exceeds 3,
-    fair and fair with preemption at each budget (`fair_points`, in order,
-    joined by a line) as (throughput, tail/head), vllm and the field
-    (`field_points`) as single points (left); each fair point's p99 time to
-    finish over vllm's, per workload (right)."""
+    the tail adapters' mean wait over vllm's (each plus one step, as
+    tail/head counts them) against throughput, for fair and
+    fair with preemption at each budget (`fair_points`, in order, joined by a
+    line) and the field (`field_points`) as single points (left: the tail's
+    own wait, which the tail/head ratio hides when the head moves); each fair
+    point's p99 time to finish over vllm's, per workload (right)."""
     by: dict[str, dict[str, dict]] = {}
     for r in rows:
         by.setdefault(r["workload"], {})[r["point"]] = r
     starving = [w for w, ps in by.items() if ps["vllm"]["tail_head"] > 3]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    cmap = plt.get_cmap("tab10")
+    cmap = plt.get_cmap("tab20")
+
+    def tail(ps: dict, p: str) -> float:
+        return (ps[p]["tail_mean"] + 1) / (ps["vllm"]["tail_mean"] + 1)
+
     for i, w in enumerate(starving):
-        ps = by[w]
-        xs, ys = [ps[p]["ratio_s"] for p in fair_points], [ps[p]["tail_head"] for p in fair_points]
-        axes[0].plot(xs, ys, color=cmap(i), marker="o", lw=1, label=w.split("-")[0])
-        axes[0].scatter(xs[0], ys[0], color=cmap(i), s=60, facecolors="none")  # fair itself
-        axes[0].scatter([ps["vllm"]["ratio_s"]], [ps["vllm"]["tail_head"]], color=cmap(i), marker="x")
+        ps, c = by[w], cmap(i % 20)
+        xs, ys = [ps[p]["ratio_s"] for p in fair_points], [tail(ps, p) for p in fair_points]
+        axes[0].plot(xs, ys, color=c, marker="o", ms=4, lw=1, label=w.split("-")[0])
+        axes[0].scatter(xs[0], ys[0], color=c, s=60, facecolors="none")  # fair itself
         for other, m in zip(field_points, "s^D", strict=False):
-            axes[0].scatter([ps[other]["ratio_s"]], [ps[other]["tail_head"]], color=cmap(i), marker=m, s=14)
+            axes[0].scatter([ps[other]["ratio_s"]], [tail(ps, other)], color=c, marker=m, s=14)
     axes[0].set_yscale("log")
-    axes[0].axhline(2.0, color="gray", lw=0.8, ls="--")
+    axes[0].axhline(1.0, color="gray", lw=0.8, ls="--")
     axes[0].axvline(0.97, color="gray", lw=0.8, ls="--")
     axes[0].set_xlabel("throughput / vllm's (cost-model seconds)")
-    axes[0].set_ylabel("tail / head mean wait (first admission)")
+    axes[0].set_ylabel("tail adapters' mean wait / vllm's (first admission)")
     steps = " -> ".join(p.removeprefix("fair+preempt ") for p in fair_points[1:])
     marks = ", ".join(f"{m} {p}" for m, p in zip(("square", "triangle", "diamond"), field_points, strict=False))
-    axes[0].set_title(f"starving workloads: {fair_points[0]} (hollow) -> {steps}\nx vllm, {marks}", fontsize=8)
-    axes[0].legend(fontsize=7)
+    axes[0].set_title(f"starving workloads (vllm's tail/head > 3): {fair_points[0]} (hollow) -> {steps}\n{marks}",
+                      fontsize=8)
+    axes[0].legend(fontsize=6, ncol=2)
     names = list(by)
     width = 0.8 / len(fair_points)
     for j, p in enumerate(fair_points):

@@ -18,9 +18,11 @@ preempted whole, every running request of its adapter, as vLLM preempts
   frees within S steps costs r* no more than the wait the knob already
   allows, so preempting it buys nothing; and
 - with a budget eps (`budget`), the tokens it has computed fit in a bucket
-  that every scheduled token fills by eps: a step's time grows with the
-  tokens it computes, so the recompute costs at most about eps of the
-  throughput (eps = 0.03 is what issue 20's 0.97 throughput goal leaves).
+  that every scheduled token fills by eps, so at most eps of the work is
+  recomputed (eps = 0.03 is what issue 20's 0.97 throughput goal leaves).
+  That was meant to cap the throughput lost at about eps, as a step's
+  time grows with its tokens; measured, it does not (docs/bench.md): a
+  restarted long request can finish last and stretch the makespan.
   Without a budget (None) every such victim is preempted.
 
 Its adapter stays a victim, so fair holds the preempted requests until r* is
@@ -29,16 +31,19 @@ in, and r* (visited first) takes the freed slot in the same step.
 Waits here, as in `bench.realistic`, run from arrival to first admission,
 so a preempted request's recompute does not show in them; the table adds
 each point's p99 and worst time to finish (arrival to last output, steps)
-and tail/head on that time.
+and tail/head on that time. It also gives the head's and the tail's mean
+wait apart (`bench.popularity.head_tail`): the ratio rises when the head
+gains more than the tail, and falls when the head loses.
 Nothing here is shipped: the vLLM classes, the proofs and the checker know
 fair without preemption.
 
-`python -m lora_sched.bench.preemption [--requests N] [--out DIR] [--plot PNG]` runs the
-default grid (12 workloads, 4 design / 8 held out) for vllm, fair, fair
+`python -m lora_sched.bench.preemption [--large] [--requests N] [--out DIR] [--plot PNG]`
+runs the default grid (12 workloads, 4 design / 8 held out; `--large`: the
+48-workload grid, whose first 12 are the default's) for vllm, fair, fair
 with preemption at eps = 0.03, 0.1 and without a budget, and the field
 (drainer, timeslice, vtc), side by side; prints the table and issue 20's
-realistic goals per fair point, and writes `preemption.json` and the plot
-`docs/img/preemption.png` (`bench.plots.preemption`).
+realistic goals per fair point, and writes `preemption.json`
+(`preemption-large.json`) and a plot (`bench.plots.preemption`).
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from pathlib import Path
 
 import numpy as np
 from lora_sched.bench import realistic as R
+from lora_sched.bench.popularity import head_tail
 from lora_sched.bench.realistic import FIELD, Spec, grid, tail_head, workload
 from lora_sched.bench.simulate import apply_model, build_timeline, result_block
 from lora_sched.policy.core import Scheduler
@@ -151,6 +157,7 @@ def measure(spec: Spec, point: str, budget: float | None = None, *, reqs: list[R
     finish = finish_steps(result)
     adapter_of = {r.id: r.adapter for r in reqs}
     v = np.array(list(waits.values()), dtype=float)
+    head, tail = head_tail(adapter_of.values(), spec.max_loras)
     to_finish = {r.id: finish[r.id] - r.arrival + 1 for r in reqs}
     e2e = np.array(list(to_finish.values()), dtype=float)
     evicted = result.scheduler.evicted if isinstance(result.scheduler, PreemptingScheduler) else []
@@ -158,10 +165,17 @@ def measure(spec: Spec, point: str, budget: float | None = None, *, reqs: list[R
             "steps": result.last_step - min(r.arrival for r in reqs) + 1, "seconds": block["duration_s"],
             "p99": float(np.percentile(v, 99)), "max": int(v.max()),
             "tail_head": tail_head(waits, adapter_of, spec),
+            "head_mean": _mean(waits, adapter_of, head), "tail_mean": _mean(waits, adapter_of, tail),
             "finish_p99": float(np.percentile(e2e, 99)), "finish_max": int(e2e.max()),
             "finish_tail_head": tail_head(to_finish, adapter_of, spec),
             "preemptions": len(evicted), "recomputed": sum(c for _s, _r, c in evicted),
             "scheduled": sum(sum(rec.scheduled.values()) for rec in result.records), "sim_s": sim_s}
+
+
+def _mean(waits: dict[str, int], adapter_of: dict[str, int], group: set[int]) -> float:
+    """The mean wait of the requests of the adapters in `group` (0.0 when none)."""
+    ws = [w for rid, w in waits.items() if adapter_of[rid] in group]
+    return float(np.mean(ws)) if ws else 0.0
 
 
 def finish_steps(result: RunResult) -> dict[str, int]:
@@ -202,8 +216,55 @@ def run_grid(specs: list[Spec], *, processes: int = 2) -> list[dict]:
     return rows
 
 
+def summary(rows: list[dict], workloads: list[str]) -> list[dict]:
+    """Per fair point, over `workloads`: what happens to the tail adapters'
+    own mean wait on the starving ones (vllm's tail/head > 3), against vllm
+    and against fair, and the throughput, worst-wait and time-to-finish
+    figures that come with it (docs/bench.md's held-out table)."""
+    by: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        if r["workload"] in workloads:
+            by.setdefault(r["workload"], {})[r["point"]] = r
+    starving = [w for w, ps in by.items() if ps["vllm"]["tail_head"] > 3]
+    fair = label("fair")
+    out = []
+    for p in fair_points():
+        tail = [(by[w][p]["tail_mean"] + 1) / (by[w]["vllm"]["tail_mean"] + 1) for w in starving]
+        thr = [ps[p]["ratio_s"] for ps in by.values()]
+        fin = [ps[p]["finish_p99"] / ps["vllm"]["finish_p99"] for ps in by.values()]
+        out.append({
+            "point": p, "workloads": len(by), "starving": len(starving),
+            "tail_vs_vllm": [float(np.median(tail)), min(tail), max(tail)] if tail else None,
+            "tail_below_fair": sum(by[w][p]["tail_mean"] < 0.95 * by[w][fair]["tail_mean"] for w in starving),
+            "tail_above_fair": sum(by[w][p]["tail_mean"] > 1.05 * by[w][fair]["tail_mean"] for w in starving),
+            "tail_head_at_most_2": sum(by[w][p]["tail_head"] <= 2.0 for w in starving),
+            "tail_head_below_fair": sum(by[w][p]["tail_head"] < 0.95 * by[w][fair]["tail_head"] for w in starving),
+            "tail_head_above_fair": sum(by[w][p]["tail_head"] > 1.05 * by[w][fair]["tail_head"] for w in starving),
+            "throughput_below_0.97": sum(t < 0.97 for t in thr), "throughput": [min(thr), float(np.median(thr))],
+            "max_below_fair": sum(ps[p]["max"] < ps[fair]["max"] for ps in by.values()),
+            "max_above_vllm": sum(ps[p]["max"] > ps["vllm"]["max"] for ps in by.values()),
+            "finish_p99_vs_vllm": [float(np.median(fin)), max(fin)]})
+    return out
+
+
+def print_summary(summ: list[dict], title: str) -> None:
+    print(f"\n{title} (tail: the tail adapters' mean wait + 1 over vllm's; 'vs fair': more than 5% apart)")
+    for s in summ:
+        t = s["tail_vs_vllm"]
+        print(f"  {s['point']:26s} starving {s['starving']:2d}: tail/vllm median "
+              + (f"{t[0]:.2f} ({t[1]:.2f}-{t[2]:.2f})" if t else "-")
+              + f", tail below/above fair {s['tail_below_fair']}/{s['tail_above_fair']}"
+              f", tail/head <= 2 on {s['tail_head_at_most_2']}, below/above fair "
+              f"{s['tail_head_below_fair']}/{s['tail_head_above_fair']}; throughput < 0.97 on "
+              f"{s['throughput_below_0.97']} of {s['workloads']} (min {s['throughput'][0]:.3f}, median "
+              f"{s['throughput'][1]:.3f}); worst wait below fair {s['max_below_fair']}, above vllm "
+              f"{s['max_above_vllm']}; p99 finish / vllm median {s['finish_p99_vs_vllm'][0]:.2f}, "
+              f"max {s['finish_p99_vs_vllm'][1]:.2f}")
+
+
 def table(rows: list[dict]) -> str:
     head = (f"{'workload':44s} {'point':24s} {'thr(s)':>6s} {'p99':>6s} {'max':>6s} {'tail/head':>9s} "
+            f"{'head':>6s} {'tail':>6s} "
             f"{'fin p99':>7s} {'fin max':>7s} {'fin t/h':>7s} {'preempt':>7s} {'recomp':>7s}")
     lines, last = [head, "-" * len(head)], None
     for r in rows:
@@ -211,7 +272,8 @@ def table(rows: list[dict]) -> str:
         last = r["workload"]
         recomp = f"{r['recomputed'] / r['scheduled']:.1%}" if r["scheduled"] else "-"
         lines.append(f"{name:44s} {r['point']:24s} {r['ratio_s']:6.3f} {r['p99']:6.0f} {r['max']:6d} "
-                     f"{r['tail_head']:9.2f} {r['finish_p99']:7.0f} {r['finish_max']:7d} {r['finish_tail_head']:7.2f} "
+                     f"{r['tail_head']:9.2f} {r['head_mean']:6.0f} {r['tail_mean']:6.0f}"
+                     f" {r['finish_p99']:7.0f} {r['finish_max']:7d} {r['finish_tail_head']:7.2f} "
                      f"{r['preemptions']:7d} "
                      f"{recomp:>7s}")
     return "\n".join(lines)
@@ -220,12 +282,15 @@ def table(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lora_sched.bench.preemption", description=__doc__.split("\n")[0])
     ap.add_argument("--requests", type=int, default=None, help="requests per workload (default: the grid's 600)")
+    ap.add_argument("--large", action="store_true", help="the 48-workload grid (bench.realistic.grid(large=True)); "
+                    "its first 12 are the default grid's")
     ap.add_argument("--out", default="bench/results", help="where preemption.json goes")
     ap.add_argument("--processes", type=int, default=2)
-    ap.add_argument("--plot", default="docs/img/preemption.png", help="the plot's path ('' for none)")
+    ap.add_argument("--plot", default=None,
+                    help="the plot's path ('' for none; default docs/img/preemption[-large].png)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    specs = grid(requests=args.requests)
+    specs = grid(large=args.large, requests=args.requests)
     print(f"preemption experiment: {len(specs)} workloads x {len(points())} points, S = {S}", flush=True)
     rows = run_grid(specs, processes=args.processes)
     print(table(rows))
@@ -238,10 +303,22 @@ def main(argv: list[str] | None = None) -> int:
             for goal, met, figures in R.goals(rows, design=design, point=(policy, S)):
                 print(f"  {goal} ... {'met' if met else 'NOT MET'}. ({figures})")
                 doc["goals"][f"{point} / {name}"].append({"goal": goal, "met": met, "figures": figures})
+    default = {s.name for s in grid(requests=args.requests)}
+    parts = [("default grid", [s.name for s in specs if s.name in default])]
+    if args.large:
+        parts.append(("the large grid beyond the default 12 (held out from this experiment)",
+                      [s.name for s in specs if s.name not in default]))
+    doc["summary"] = {}
+    for title, names in parts:
+        doc["summary"][title] = summary(rows, names)
+        print_summary(doc["summary"][title], title)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "preemption.json").write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {out / 'preemption.json'}")
+    name = "preemption-large.json" if args.large else "preemption.json"
+    (out / name).write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {out / name}")
+    if args.plot is None:
+        args.plot = f"docs/img/preemption{'-large' if args.large else ''}.png"
     if args.plot:
         from lora_sched.bench.plots import preemption
 

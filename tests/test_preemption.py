@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 
+import pytest
 from lora_sched.bench import preemption as P
 from lora_sched.bench import realistic as R
 from lora_sched.policy.driver import Workload, run
@@ -88,5 +89,7 @@ def test_the_experiment_reports_every_point_side_by_side():
                                                             + ["drainer S=16", "timeslice S=16", "vtc"])
     for r in rows:
         assert r["finish_max"] >= r["max"] and r["ratio_s"] > 0
+        # the head's and the tail's means, taken apart, give back bench.popularity's ratio
+        assert r["tail_head"] == pytest.approx((r["tail_mean"] + 1) / (r["head_mean"] + 1))
     for b in P.BUDGETS:  # bench.realistic's goals judge every preemption point
         assert len(R.goals(rows, point=(P.preempt_name(b), P.S))) == 4 + len(R.FIELD)

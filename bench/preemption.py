@@ -67,7 +67,7 @@ from lora_sched.policy.fair import FairGate
 from lora_sched.spec.request import Request
 from lora_sched.spec.state import StepRecord
 
-S = 16  # fair's default knob (`bench.realistic.DEFAULT_FAIR`)
+S = R.DEFAULT_FAIR[1]  # fair's default knob, as the realistic grid runs it
 BUDGETS: tuple[float | None, ...] = (0.03, 0.1, None)
 
 

@@ -39,6 +39,7 @@ from lora_sched.bench.live import LIVE_INPUT_MEAN, LIVE_OUTPUT, LIVE_PROMPTS, LI
 from lora_sched.bench.live_field import FAMILY_REPEAT, ROUNDS, main_live_field
 from lora_sched.bench.online import report as online_report
 from lora_sched.bench.optimum import gap_table, small_adversarial
+from lora_sched.bench.realistic import GRID_DRAW as realistic_grid_draw
 from lora_sched.bench.realistic import report as realistic_report
 from lora_sched.bench.refspeed import compare, describe
 from lora_sched.bench.simulate import (
@@ -93,6 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the vLLM release every simulated run follows (default {releases.NEWEST}; "
                              "spec/releases.py)")
     parser.add_argument("--large", action="store_true", help="--realistic: the 48-workload grid (default 12)")
+    parser.add_argument("--draw", type=int, default=realistic_grid_draw,
+                        help=f"--realistic: the grid's draw (default {realistic_grid_draw}, the fixed grid with its "
+                             "design / held-out split); another draws a fresh grid of the same shape, all held out")
     parser.add_argument("--knob-goals", nargs="?", const=",".join(map(str, KNOBS)), default=None, metavar="S,S,...",
                         help="issue 20's goals at each starvation_steps value (default "
                              f"{','.join(map(str, KNOBS))}): the saved families, fresh searches against fair at "
@@ -205,7 +209,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.bound_gap:
         return main_gap(out, climb_iters=args.iters)
     if args.realistic:
-        return realistic_report(out, large=args.large, plots=not args.no_plots)
+        return realistic_report(out, large=args.large, plots=not args.no_plots, draw=args.draw)
     if args.knob_goals is not None:
         return knob_report(out, _ints(args.knob_goals), _ints(args.knob_seeds), iters=args.iters,
                            restarts=args.restarts, plots=not args.no_plots)

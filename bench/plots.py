@@ -265,6 +265,12 @@ def knob_goals(doc: dict, path: Path) -> Path:
     return path
 
 
+def _short(workload: str) -> str:
+    """A realistic workload's short name: `real05`, or `d21-real05` for a fresh draw's."""
+    head, _, rest = workload.partition("-")
+    return f"{head}-{rest.split('-')[0]}" if head[0] == "d" and head[1:].isdigit() else head
+
+
 def preemption(rows: list[dict], fair_points: list[str], field_points: list[str], path: Path) -> Path:
     """`bench.preemption`: on each workload where vllm's tail/head exceeds 3,
     the tail adapters' mean wait over vllm's (each plus one step, as
@@ -286,7 +292,7 @@ def preemption(rows: list[dict], fair_points: list[str], field_points: list[str]
     for i, w in enumerate(starving):
         ps, c = by[w], cmap(i % 20)
         xs, ys = [ps[p]["ratio_s"] for p in fair_points], [tail(ps, p) for p in fair_points]
-        axes[0].plot(xs, ys, color=c, marker="o", ms=4, lw=1, label=w.split("-")[0])
+        axes[0].plot(xs, ys, color=c, marker="o", ms=4, lw=1, label=_short(w))
         axes[0].scatter(xs[0], ys[0], color=c, s=60, facecolors="none")  # fair itself
         for other, m in zip(field_points, "s^D", strict=False):
             axes[0].scatter([ps[other]["ratio_s"]], [tail(ps, other)], color=c, marker=m, s=14)
@@ -308,7 +314,7 @@ def preemption(rows: list[dict], fair_points: list[str], field_points: list[str]
                     width=width, label=p)
     axes[1].axhline(1.0, color="gray", lw=0.8, ls="--")
     axes[1].set_xticks([i + 0.4 - width / 2 for i in range(len(names))])
-    axes[1].set_xticklabels([w.split("-")[0] for w in names], rotation=45, fontsize=7)
+    axes[1].set_xticklabels([_short(w) for w in names], rotation=45, fontsize=7)
     axes[1].set_ylabel("p99 time to finish / vllm's")
     axes[1].set_title("what preemption costs the requests it restarts", fontsize=9)
     axes[1].legend(fontsize=7)

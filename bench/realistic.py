@@ -65,6 +65,7 @@ from lora_sched.spec.request import Request
 
 PROMPT_MEDIAN, OUTPUT_MEDIAN, SIGMA, CLIP = 200, 120, 1.0, 2048
 SEATS = 256
+GRID_DRAW = 20  # the seed of the fixed grid's axes
 
 
 @dataclass(frozen=True)
@@ -82,15 +83,18 @@ class Spec:
     requests: int
     seed: int
     unit: str = "vllm"  # the load's unit: "vllm" (`capacity`) or "seats" (max_num_seqs / E[output])
+    draw: int = GRID_DRAW  # the seed `grid` drew the axes with; another draw is a fresh grid
 
     @property
     def design(self) -> bool:
-        """In the design set (rules may be tuned on it) or held out."""
-        return self.index % 3 == 0
+        """In the design set (rules may be tuned on it) or held out; every
+        workload of a fresh draw is held out."""
+        return self.draw == GRID_DRAW and self.index % 3 == 0
 
     @property
     def name(self) -> str:
-        return (f"real{self.index:02d}-A{self.adapters}-z{self.alpha:g}-b{self.base:g}-{self.arrivals}"
+        fresh = "" if self.draw == GRID_DRAW else f"d{self.draw}-"
+        return (f"{fresh}real{self.index:02d}-A{self.adapters}-z{self.alpha:g}-b{self.base:g}-{self.arrivals}"
                 f"-l{self.load:g}{'s' if self.unit == 'seats' else ''}-T{self.budget}-m{self.max_loras}")
 
     def config(self, **overrides: object) -> Config:
@@ -149,11 +153,13 @@ def workload(spec: Spec) -> list[Request]:
     return reqs
 
 
-def grid(*, large: bool = False, requests: int | None = None) -> list[Spec]:
+def grid(*, large: bool = False, requests: int | None = None, draw: int = GRID_DRAW) -> list[Spec]:
     """The fixed grid: 12 workloads by default, 48 with `large`. The axes
     are crossed in a fixed pseudo-random order so that every prefix covers
-    each axis; indices never change, so the design / held-out split is fixed."""
-    rng = random.Random(20)
+    each axis; indices never change, so the design / held-out split is fixed.
+    Another `draw` gives a fresh grid of the same shape (other axes, other
+    request seeds), all of it held out: workloads no rule was looked at on."""
+    rng = random.Random(draw)
     n = 48 if large else 12
     specs = []
     for i in range(n):
@@ -162,8 +168,8 @@ def grid(*, large: bool = False, requests: int | None = None) -> list[Spec]:
             index=i, adapters=adapters, alpha=rng.choice((0.5, 1.0, 1.5)), base=rng.choice((0.1, 0.2, 0.3)),
             arrivals=rng.choice(("poisson", "onoff")), load=rng.choice((0.3, 0.7, 1.0, 1.5)),
             budget=rng.choice((4096, 8192)), max_loras=rng.choice((2, 4, 8, 16)),
-            requests=requests if requests is not None else (1200 if large else 600), seed=1000 + i,
-            unit="seats" if i % 2 else "vllm"))
+            requests=requests if requests is not None else (1200 if large else 600),
+            seed=1000 * (draw - GRID_DRAW + 1) + i, unit="seats" if i % 2 else "vllm", draw=draw))
     return specs
 
 
@@ -328,23 +334,27 @@ WITNESSES = "realistic-witnesses.json"  # beside realistic.json: the workloads b
 
 
 def report(out: Path, *, large: bool = False, requests: int | None = None, plots: bool = True,
-           processes: int = 2, results: Path | None = None) -> int:
+           processes: int = 2, results: Path | None = None, draw: int = GRID_DRAW) -> int:
     """`lora-sched bench --realistic`: run the grid, print the table and the
     goals (design set, held-out set, all), fair's B against a witness per
     workload (`bench.bound`), then the small instances on which no schedule
-    meets the goals together (`bench.tailhead`); write JSON and plots."""
+    meets the goals together (`bench.tailhead`); write JSON and plots. A
+    fresh `draw` (`--draw`) writes its files with a `-dDRAW` suffix, beside
+    the fixed grid's."""
     import json
     import multiprocessing
     import time
 
-    specs = grid(large=large, requests=requests)
+    specs = grid(large=large, requests=requests, draw=draw)
+    suffix = "" if draw == GRID_DRAW else f"-d{draw}"
     t0 = time.perf_counter()
     print(f"realistic grid: {len(specs)} workloads ({sum(s.design for s in specs)} design, "
           f"{sum(not s.design for s in specs)} held out) x {len(POINTS)} policy points", flush=True)
     rows = run_grid(specs, processes=processes, progress=lambda m: print(m, flush=True))
     print(table(rows))
     doc = {"specs": [spec_dict(s) for s in specs], "rows": rows, "goals": {}}
-    for name, sel in (("design", True), ("held out", False), ("all", None)):
+    sets = (("design", True), ("held out", False), ("all", None)) if draw == GRID_DRAW else (("held out", False),)
+    for name, sel in sets:  # a fresh draw is all held out: no design set to judge
         print(f"\ngoals at {label(DEFAULT_FAIR)}, {name} set:")
         doc["goals"][name] = []
         for goal, met, figures in goals(rows, design=sel):
@@ -368,15 +378,15 @@ def report(out: Path, *, large: bool = False, requests: int | None = None, plots
     doc["unreachable"] = [{"instance": name, "goals_conflict": conflict, "figures": figures}
                           for name, conflict, figures in conflicts()]
     out.mkdir(parents=True, exist_ok=True)
-    for path in [out / "realistic.json"] + ([results] if results is not None else []):
+    for path in [out / f"realistic{suffix}.json"] + ([results] if results is not None else []):
         path.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {path}")
-        write_witnesses(path.parent / WITNESSES, judged)
+        write_witnesses(path.parent / WITNESSES.replace(".json", f"{suffix}.json"), judged)
     if plots:
         from lora_sched.bench.plots import realistic_adapters, realistic_tradeoff
 
-        for p in (realistic_adapters(rows, out / "realistic-adapters.png"),
-                  realistic_tradeoff(rows, out / "realistic-tradeoff.png")):
+        for p in (realistic_adapters(rows, out / f"realistic-adapters{suffix}.png"),
+                  realistic_tradeoff(rows, out / f"realistic-tradeoff{suffix}.png")):
             print(f"wrote {p}")
     print(f"realistic grid done in {time.perf_counter() - t0:.0f} s")
     return 0

@@ -91,5 +91,12 @@ def test_the_experiment_reports_every_point_side_by_side():
         assert r["finish_max"] >= r["max"] and r["ratio_s"] > 0
         # the head's and the tail's means, taken apart, give back bench.popularity's ratio
         assert r["tail_head"] == pytest.approx((r["tail_mean"] + 1) / (r["head_mean"] + 1))
+        # the run's last request, and when it and vllm first admitted it
+        assert r["last_admitted"] is not None and r["last_admitted_vllm"] is not None
+        assert r["finish_max"] >= r["last_outputs"]
+        assert 0 < r["tokens_p99_s"] <= r["seconds"]  # the 99th-percentile output token comes out by the last
+        if r["point"] == "vllm":
+            assert r["last_admitted"] == r["last_admitted_vllm"] and r["last_preempted"] == 0
+            assert r["ratio_p99_tokens"] == 1.0
     for b in P.BUDGETS:  # bench.realistic's goals judge every preemption point
         assert len(R.goals(rows, point=(P.preempt_name(b), P.S))) == 4 + len(R.FIELD)

@@ -33,6 +33,17 @@ def test_the_split_is_fixed_by_index():
     assert [s.index for s in specs] == list(range(48))
     assert [s.design for s in specs[:6]] == [True, False, False, True, False, False]
     assert R.grid()[:3] == [replace(s, requests=600) for s in specs[:3]]  # same axes, fewer requests
+    assert specs[0].seed == 1000 and specs[0].name.startswith("real00-")  # the fixed grid, as it always was
+
+
+def test_a_fresh_draw_is_another_grid_and_all_held_out():
+    fixed, fresh = R.grid(large=True), R.grid(large=True, draw=21)
+    assert not any(s.design for s in fresh)
+    assert {s.seed for s in fresh}.isdisjoint(s.seed for s in fixed)
+    assert {s.name for s in fresh}.isdisjoint(s.name for s in fixed)
+    axes = [(s.adapters, s.alpha, s.base, s.arrivals, s.load, s.budget, s.max_loras) for s in fresh]
+    assert axes != [(s.adapters, s.alpha, s.base, s.arrivals, s.load, s.budget, s.max_loras) for s in fixed]
+    assert R.workload(replace(fresh[0], requests=50)) != R.workload(replace(fixed[0], requests=50))
 
 
 def test_tail_head_by_hand():

@@ -40,6 +40,7 @@ from lora_sched.bench.live_field import FAMILY_REPEAT, ROUNDS, main_live_field
 from lora_sched.bench.online import report as online_report
 from lora_sched.bench.optimum import gap_table, small_adversarial
 from lora_sched.bench.realistic import GRID_DRAW as realistic_grid_draw
+from lora_sched.bench.realistic import parse_draw
 from lora_sched.bench.realistic import report as realistic_report
 from lora_sched.bench.refspeed import compare, describe
 from lora_sched.bench.simulate import (
@@ -94,9 +95,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the vLLM release every simulated run follows (default {releases.NEWEST}; "
                              "spec/releases.py)")
     parser.add_argument("--large", action="store_true", help="--realistic: the 48-workload grid (default 12)")
-    parser.add_argument("--draw", type=int, default=realistic_grid_draw,
+    parser.add_argument("--draw", type=parse_draw, default=realistic_grid_draw,
                         help=f"--realistic: the grid's draw (default {realistic_grid_draw}, the fixed grid with its "
-                             "design / held-out split); another draws a fresh grid of the same shape, all held out")
+                             "design / held-out split); a larger one draws a fresh grid like it, all held out")
     parser.add_argument("--knob-goals", nargs="?", const=",".join(map(str, KNOBS)), default=None, metavar="S,S,...",
                         help="issue 20's goals at each starvation_steps value (default "
                              f"{','.join(map(str, KNOBS))}): the saved families, fresh searches against fair at "

@@ -331,8 +331,8 @@ def main(argv: list[str] | None = None) -> int:
                     "its first 12 are the default grid's")
     ap.add_argument("--out", default="bench/results", help="where preemption.json goes")
     ap.add_argument("--processes", type=int, default=2)
-    ap.add_argument("--draw", type=int, default=R.GRID_DRAW,
-                    help=f"the grid's draw (default {R.GRID_DRAW}, the fixed grid); another is a fresh grid, "
+    ap.add_argument("--draw", type=R.parse_draw, default=R.GRID_DRAW,
+                    help=f"the grid's draw (default {R.GRID_DRAW}, the fixed grid); a larger one is a fresh grid, "
                     "all held out")
     ap.add_argument("--plot", default=None,
                     help="the plot's path ('' for none; default docs/img/preemption[-large][-dDRAW].png)")
@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         print_summary(doc["summary"][title], title)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    suffix = ("-large" if args.large else "") + (f"-d{args.draw}" if fresh else "")
+    suffix = ("-large" if args.large else "") + R.draw_suffix(args.draw)
     name = f"preemption{suffix}.json"
     (out / name).write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {out / name}")

@@ -40,6 +40,7 @@ Measures (per policy, per workload; `measure`):
 
 from __future__ import annotations
 
+import argparse
 import math
 import random
 from dataclasses import asdict, dataclass
@@ -65,7 +66,31 @@ from lora_sched.spec.request import Request
 
 PROMPT_MEDIAN, OUTPUT_MEDIAN, SIGMA, CLIP = 200, 120, 1.0, 2048
 SEATS = 256
-GRID_DRAW = 20  # the seed of the fixed grid's axes
+GRID_DRAW = 20  # the seed of the fixed grid's axes; fresh draws are above it (their request seeds follow)
+
+
+def draw_suffix(draw: int) -> str:
+    """What a fresh draw's result files carry (`-dK`); nothing for the fixed grid."""
+    return "" if draw == GRID_DRAW else f"-d{draw}"
+
+
+def check_draw(draw: int) -> None:
+    """The fixed grid's draw, or a fresh one above it. Below it the request
+    seeds (1000 * (draw - 19) + index) would be zero or negative and repeat
+    other draws' (a random seed's sign is ignored), so it is refused."""
+    if draw < GRID_DRAW:
+        raise ValueError(f"draw {draw}: the fixed grid is draw {GRID_DRAW} and fresh draws are above it")
+
+
+def parse_draw(text: str) -> int:
+    """`--draw`, checked by `check_draw`, as an argparse error (no traceback)."""
+    try:
+        draw = int(text)
+        check_draw(draw)
+    except ValueError as exc:
+        why = str(exc) if text.lstrip("-").isdigit() else f"not an integer: {text!r}"
+        raise argparse.ArgumentTypeError(why) from None
+    return draw
 
 
 @dataclass(frozen=True)
@@ -158,7 +183,9 @@ def grid(*, large: bool = False, requests: int | None = None, draw: int = GRID_D
     are crossed in a fixed pseudo-random order so that every prefix covers
     each axis; indices never change, so the design / held-out split is fixed.
     Another `draw` gives a fresh grid of the same shape (other axes, other
-    request seeds), all of it held out: workloads no rule was looked at on."""
+    request seeds), all of it held out: workloads no rule was looked at on.
+    `draw` below `GRID_DRAW` is refused (`check_draw`)."""
+    check_draw(draw)
     rng = random.Random(draw)
     n = 48 if large else 12
     specs = []
@@ -346,7 +373,7 @@ def report(out: Path, *, large: bool = False, requests: int | None = None, plots
     import time
 
     specs = grid(large=large, requests=requests, draw=draw)
-    suffix = "" if draw == GRID_DRAW else f"-d{draw}"
+    suffix = draw_suffix(draw)
     t0 = time.perf_counter()
     print(f"realistic grid: {len(specs)} workloads ({sum(s.design for s in specs)} design, "
           f"{sum(not s.design for s in specs)} held out) x {len(POINTS)} policy points", flush=True)

@@ -55,6 +55,20 @@ def test_a_long_victim_is_preempted_and_r_star_takes_its_slot():
     assert all(rs.status == "finished" for rs in result.scheduler.state.reqs.values())
 
 
+def test_the_request_that_ends_the_run_is_the_one_recorded():
+    """`_last` names the request whose last output is the run's last, with
+    its preemptions and first admission: here the restarted victim `a`,
+    which finishes after `b` (4 outputs) does; a wrong pick (first to finish,
+    or the counts of another request) fails."""
+    reqs = _blocked_pair(200)
+    result = _run(reqs, None)
+    last = P._last(result, P.finish_steps(result))
+    final = result.records[-1]
+    assert last["last"] == "a" and "a" in final.finished and "b" not in final.finished
+    assert last["last_preempted"] == 1 and last["last_outputs"] == 200
+    assert last["last_admitted"] == next(rec.step for rec in result.records if "a" in rec.admitted)
+
+
 def test_a_victim_that_frees_within_s_steps_is_left_to_drain():
     reqs = _blocked_pair(8)  # a has <= S outputs left when b becomes r*
     result = _run(reqs, None)

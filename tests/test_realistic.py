@@ -8,10 +8,12 @@ be able to say NOT MET (a doctored row is caught). Speed is never asserted.
 
 from __future__ import annotations
 
+import argparse
 import copy
 from collections import Counter
 from dataclasses import replace
 
+import pytest
 from lora_sched.bench import realistic as R
 
 
@@ -44,6 +46,18 @@ def test_a_fresh_draw_is_another_grid_and_all_held_out():
     axes = [(s.adapters, s.alpha, s.base, s.arrivals, s.load, s.budget, s.max_loras) for s in fresh]
     assert axes != [(s.adapters, s.alpha, s.base, s.arrivals, s.load, s.budget, s.max_loras) for s in fixed]
     assert R.workload(replace(fresh[0], requests=50)) != R.workload(replace(fixed[0], requests=50))
+
+
+def test_a_draw_below_the_fixed_grid_is_refused():
+    """Its request seeds would be <= 0 and repeat another draw's (draw 18's
+    first seed, -1000, seeds as 1000: the fixed grid's real00)."""
+    with pytest.raises(ValueError, match="draw 18"):
+        R.grid(draw=18)
+    with pytest.raises(argparse.ArgumentTypeError, match="fresh draws are above it"):
+        R.parse_draw("18")
+    with pytest.raises(argparse.ArgumentTypeError, match="not an integer"):
+        R.parse_draw("x")
+    assert R.parse_draw("21") == 21 and R.draw_suffix(21) == "-d21" and R.draw_suffix(R.GRID_DRAW) == ""
 
 
 def test_tail_head_by_hand():

@@ -75,7 +75,10 @@ The rule's history (v1-v10: what each added or dropped, and why) is in
 
 Bound. Let P be the largest prompt, L the largest `max_tokens`,
 W = P + L - 1 (the tokens one request computes in one stay in `running`),
-N = min(`max_num_seqs`, Q), T = `max_num_batched_tokens`, c the long-prefill
+N = min(`max_num_seqs`, Q, `kv_blocks`) the most requests `running` can
+hold (`kv_blocks` where KV is finite: a request in `running` holds at least
+one block, since it was admitted with at least one token and the model has
+no prefix caching to share one), T = `max_num_batched_tokens`, c the long-prefill
 threshold (chunks = ceil(W / c), 1 when off), k = `prefill_schedule_interval`
 (1 without DP throttling), Q the most requests present (waiting or
 running) and Qw <= Q the most requests waiting when a step starts. Then
@@ -92,8 +95,12 @@ most k - 1 throttled steps in a row; a step that schedules nothing, every
 decode skipped as sure to finish under async scheduling, leaves nothing
 decoding, so the next step does not defer) or a decode; async scheduling
 adds the sure-to-finish step and the output that lands one step late. The cap can
-block r* only when max_loras < N: the scan stops at a full `running`
-before it asks the cap, so the cap sees at most N - 1 running adapters.
+block r* in a scan that admits anyone only when max_loras < N: the scan
+stops at a full `running` before it asks the cap, so the cap sees at most
+N - 1 running adapters, except where N = `kv_blocks` <= `max_num_seqs`;
+there a cap that blocks r* sees max_loras >= N requests holding a block
+each, so no block is free and the scan admits nobody (every admission
+needs a free block), which is what a capacity stop at r* does.
 Lemmas, each a monitor in `tests/test_state_machines.py`:
 
 - `star_first`: from the step r* is chosen, nobody is admitted before r*
@@ -127,11 +134,15 @@ Lemmas, each a monitor in `tests/test_state_machines.py`:
   one step: the request whose leaving frees the slot frees a seat too
   (with KV unlimited nothing is preempted), and r* is visited first in
   the next scan, so it is in then; G = G1* + 2 keeps no slack of its own
-  beyond `victim_drains`'. Where the cap cannot block r*, G = D + 2:
-  nobody is admitted from t0 until r* (r* has no async output in flight
-  when chosen, and a waiting request gets none), so `running` empties
-  within D steps, and then r* is in (a DP throttle defers prefills only
-  while something decodes).
+  beyond `victim_drains`'. Where the cap cannot block r* in a scan that
+  admits anyone (max_loras >= N), G = D + 2: nobody is admitted from t0
+  until r* (`star_alone`), so `running` empties within D steps, and then
+  r* is in (a DP throttle defers prefills only while something decodes).
+- `star_alone` (max_loras >= N): no scan admits anyone from the step r* is
+  chosen until r* is admitted. r* has no async output in flight when
+  chosen, and a waiting request gets none, so every scan visits it first;
+  a capacity stop at r* ends the scan, and a cap that blocks r* leaves no
+  block free (above).
 - `guards_apart`: no r* is chosen within S steps of the admission of the
   one before it (so a guard and the gap after it take at most G + S).
 - `guards_ahead`: every r* whose guard runs while a request r waits (from
@@ -366,7 +377,7 @@ class FairGuard:
 
 def drain_steps(config: Config, *, max_prompt: int, max_output: int, queue: int | None = None) -> int:
     """D of the module docstring: the most steps a request stays in `running`
-    (N is `max_num_seqs`, or Q when fewer requests are ever present)."""
+    (N is `seats`: `max_num_seqs`, or Q or `kv_blocks` where fewer)."""
     return non_decode_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue) + (max_output - 1)
 
 
@@ -381,13 +392,18 @@ def non_decode_steps(config: Config, *, max_prompt: int, max_output: int, queue:
 
 
 def seats(config: Config, queue: int | None = None) -> int:
-    """N of the module docstring: `max_num_seqs`, or Q when fewer requests are ever present."""
-    return config.max_num_seqs if queue is None else min(config.max_num_seqs, queue)
+    """N of the module docstring: the most requests `running` can hold:
+    `max_num_seqs`, Q when fewer requests are ever present, and `kv_blocks`
+    when fewer blocks are (each request in `running` holds one at least)."""
+    n = config.max_num_seqs if queue is None else min(config.max_num_seqs, queue)
+    return n if config.kv_blocks is None else min(n, config.kv_blocks)
 
 
 def cap_can_block(config: Config, queue: int | None = None) -> bool:
-    """Can the cap block r*? Only when max_loras < N (the scan stops at a full
-    `running` before it asks the cap, which then sees at most N - 1 adapters)."""
+    """Can the cap block r* in a scan that admits anyone? Only when
+    max_loras < N (the scan stops at a full `running` before it asks the
+    cap, which then sees at most N - 1 adapters; where N is `kv_blocks`, a
+    cap that sees N adapters sees every block held, and nobody is admitted)."""
     return config.max_loras < seats(config, queue)
 
 

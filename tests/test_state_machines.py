@@ -230,6 +230,9 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
     the step the last r* was admitted. None, or the broken lemma.
 
     - `star_first`: a scan that admits r* admits it first;
+    - `star_alone`: where the cap cannot block r* in a scan that admits
+      anyone (max_loras >= N, `cap_can_block` false), a step that r*
+      starts waiting and still waits at its end admits nobody;
     - `guards_apart`: an r* chosen in this step (one still waiting at its
       end) comes S steps or more after the last r* was admitted;
     - `victim_drains`: a victim chosen at step t1 for r* chosen at t0 holds
@@ -276,6 +279,9 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
         return f"star_first: r* {star0} admitted after {rec.admitted[:rec.admitted.index(star0)]} at step {step}"
     if star0 is not None and star0 in rec.admitted:
         victim_since["star_admitted"] = step
+    if (star0 is not None and g.star == star0 and rec.admitted
+            and not cap_can_block(sched.config, queue)):
+        return f"star_alone: r* {star0} waits through step {step}, which admits {rec.admitted}"
     for key in [k for k in victim_since if isinstance(k, tuple) and (k[:2] != (g.star, g.chosen_at)
                                                                     or k[2] not in g.victims)]:
         del victim_since[key]  # no longer a victim (its late request got in, or r* changed): chosen anew if again
@@ -620,3 +626,51 @@ def test_guard_monitor_fires_when_g_is_planted_too_small_where_capacity_admits_r
     monkeypatch.setattr(sys.modules[__name__], "guard_steps", lambda *a, **k: real(*a, **k) // 2)
     broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
     assert broken is not None and broken.startswith("star_admitted_within_G"), broken
+
+
+# One LoRA slot, one KV block, four seats: three requests of three adapters
+# (found by a random search over kv_blocks = max_loras < max_num_seqs). The cap
+# blocks r* at steps 5 and 7, each time with the one block held.
+KV_FULL_CASE = (Config(max_loras=1, max_num_seqs=4, max_num_batched_tokens=16, kv_blocks=1, block_size=4,
+                       starvation_steps=1, policy="fair"),
+                [Request("r0", 2, 1, 2, 4), Request("r1", 3, 2, 2, 4), Request("r2", 1, 2, 2, 4)])
+
+
+def test_a_cap_that_blocks_r_star_with_every_block_held_admits_nobody():
+    """Where `kv_blocks` <= max_loras < `max_num_seqs`, N is `kv_blocks`: the
+    cap blocks r* only when every block is held, so that scan admits nobody,
+    and G is D + 2. On a run where the cap does block r* (fair chooses
+    victims), every lemma holds, `star_alone` and G = D + 2 included."""
+    from lora_sched.policy.fair import FairGate, FairGuard
+
+    cfg, reqs = KV_FULL_CASE
+    blocked: list[int] = []
+
+    class Noting(FairGuard):
+        def visit_star(self, left):
+            before = set(self.victims)
+            super().visit_star(left)
+            if self.victims and self.victims != before:
+                blocked.append(self.step)
+
+    class NotingGate(FairGate):
+        guard_class = Noting
+
+    assert not cap_can_block(cfg, len(reqs)) and cfg.max_loras < min(cfg.max_num_seqs, len(reqs))
+    assert _first_broken_lemma(cfg, reqs, NotingGate()) is None
+    assert blocked == [5, 7], blocked
+
+
+def test_star_alone_monitor_fires_where_the_cap_blocks_r_star_and_others_flow(monkeypatch: pytest.MonkeyPatch):
+    """`star_alone` is not vacuous: on the starvation stream (max_loras 2,
+    unlimited KV) the cap blocks r* while the stream's adapters keep being
+    admitted, which fair's rule allows there (max_loras < N); with
+    `cap_can_block` planted false the monitor reads those admissions as a
+    broken `star_alone`."""
+    cfg, wl = starvation_stream(40)
+    cfg, reqs = replace(cfg, policy="fair"), wl.requests
+    assert cap_can_block(cfg, len(reqs))
+    assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
+    monkeypatch.setattr(sys.modules[__name__], "cap_can_block", lambda config, queue=None: False)
+    broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
+    assert broken is not None and broken.startswith("star_alone"), broken

@@ -34,6 +34,7 @@ from lora_sched.bench.bound import main_gap
 from lora_sched.bench.families import FAMILY_DIR, FamilyError, all_families
 from lora_sched.bench.frontier import frontier, print_table
 from lora_sched.bench.knobs import KNOBS, SEEDS
+from lora_sched.bench.knobs import realistic_report as knob_realistic_report
 from lora_sched.bench.knobs import report as knob_report
 from lora_sched.bench.live import LIVE_INPUT_MEAN, LIVE_OUTPUT, LIVE_PROMPTS, LIVE_STARVATION_STEPS, main_live
 from lora_sched.bench.live_field import FAMILY_REPEAT, ROUNDS, main_live_field
@@ -94,14 +95,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vllm", choices=list(releases.RELEASES), default=releases.NEWEST,
                         help=f"the vLLM release every simulated run follows (default {releases.NEWEST}; "
                              "spec/releases.py)")
-    parser.add_argument("--large", action="store_true", help="--realistic: the 48-workload grid (default 12)")
+    parser.add_argument("--large", action="store_true",
+                        help="--realistic (alone or with --knob-goals): the 48-workload grid (default 12)")
     parser.add_argument("--draw", type=parse_draw, default=realistic_grid_draw,
                         help=f"--realistic: the grid's draw (default {realistic_grid_draw}, the fixed grid with its "
                              "design / held-out split); a larger one draws a fresh grid like it, all held out")
     parser.add_argument("--knob-goals", nargs="?", const=",".join(map(str, KNOBS)), default=None, metavar="S,S,...",
                         help="issue 20's goals at each starvation_steps value (default "
                              f"{','.join(map(str, KNOBS))}): the saved families, fresh searches against fair at "
-                             "each value (--knob-seeds, --iters, --restarts) and the realistic grid (bench.knobs)")
+                             "each value (--knob-seeds, --iters, --restarts) and the realistic grid (bench.knobs); "
+                             "with --realistic, only the realistic grid (--large, --draw)")
     parser.add_argument("--knob-seeds", default=",".join(map(str, SEEDS)),
                         help="--knob-goals: the fresh searches' seeds")
     parser.add_argument("--online", action="store_true",
@@ -185,6 +188,10 @@ def _main(args: argparse.Namespace) -> int:
     if (args.live or args.speed) and importlib.util.find_spec("vllm") is None:
         # Before a minute of simulation, not after: `lora_sched.cli` names the extra.
         raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
+    if (args.large or args.draw != realistic_grid_draw) and not args.realistic:
+        print("error: --large and --draw choose the grid of --realistic (alone or with --knob-goals); "
+              "no other mode reads them")
+        return 2
     args.out = args.out or "out/bench"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -209,6 +216,9 @@ def _main(args: argparse.Namespace) -> int:
         return online_report(out)
     if args.bound_gap:
         return main_gap(out, climb_iters=args.iters)
+    if args.realistic and args.knob_goals is not None:
+        return knob_realistic_report(out, _ints(args.knob_goals), large=args.large, draw=args.draw,
+                                     plots=not args.no_plots)
     if args.realistic:
         return realistic_report(out, large=args.large, plots=not args.no_plots, draw=args.draw)
     if args.knob_goals is not None:

@@ -20,7 +20,9 @@ sweep, side by side in one run:
   `bench/families`; their figures go in the JSON.
 - **realistic**: the default grid (`bench.realistic.grid`), vllm, fair at
   each S and the field at its default knob, and the grid's goals at each S
-  (`realistic.goals(point=("fair", S))`), design and held-out sets.
+  (`realistic.goals(point=("fair", S))`), design and held-out sets
+  (`realistic_sweep`). `bench --realistic --knob-goals` runs this part
+  alone, on the grid `--large` / `--draw` name (`realistic_report`).
 
 Nothing asserts on these figures; they are printed, written to
 `knob-goals.json` under `--out` and plotted (`knob-goals.png`).
@@ -110,22 +112,42 @@ def sweep(knobs: tuple[int, ...] = KNOBS, seeds: tuple[int, ...] = SEEDS, *, ite
             if rows:
                 found[rows[0]["knob"]].extend(rows)
             progress(f"  [{i}/{len(jobs)}] fresh searches done")
-    specs = realistic.grid() if specs is None else specs
+    real = realistic_sweep(realistic.grid() if specs is None else specs, knobs, processes=processes,
+                           progress=progress)
+    for k in knobs:
+        entry: dict = real["by_knob"][str(k)]
+        for name, design in (("design", True), ("held_out", False)):
+            entry[f"saved_{name}"] = summary([r for r in saved[k] if r["design"] is design])
+        entry["fresh"] = summary(found[k])
+        entry["fresh_rows"] = found[k]
+        doc["by_knob"][str(k)] = entry
+    doc["realistic_vllm_tail_head"] = real["realistic_vllm_tail_head"]
+    return doc
+
+
+def realistic_sweep(specs: list, knobs: tuple[int, ...], *, processes: int = 2, progress: object = print,
+                    keep_rows: bool = False) -> dict:
+    """The realistic part of the sweep: vllm, fair at each S in `knobs` and
+    the field at its default knob on `specs`, and per S the grid's goals
+    on each set the specs hold (a fresh draw has no design set, so only
+    `realistic_held_out`), fair's tail/head per workload and vllm's. With
+    `keep_rows`, the rows themselves too (`rows`)."""
     pts = (("vllm", None), *(("fair", k) for k in knobs),
            *((p, DEFAULT_KNOB) for p in ("drainer", "timeslice")), ("vtc", None))
     progress(f"knob goals: realistic grid, {len(specs)} workloads x {len(pts)} points ...")
     real = realistic.run_grid(specs, pts, processes=processes, progress=lambda m: None)
+    sets = [(name, design) for name, design in (("design", True), ("held_out", False))
+            if any(s.design is design for s in specs)]
+    doc: dict = {"by_knob": {}}
     for k in knobs:
-        entry: dict = {}
-        for name, design in (("design", True), ("held_out", False)):
-            entry[f"saved_{name}"] = summary([r for r in saved[k] if r["design"] is design])
-            entry[f"realistic_{name}"] = [{"goal": g, "met": m, "figures": f}
-                                          for g, m, f in realistic.goals(real, design=design, point=("fair", k))]
-        entry["fresh"] = summary(found[k])
-        entry["fresh_rows"] = found[k]
+        entry: dict = {f"realistic_{name}": [{"goal": g, "met": m, "figures": f} for g, m, f
+                                             in realistic.goals(real, design=design, point=("fair", k))]
+                       for name, design in sets}
         entry["realistic_tail_head"] = {r["workload"]: r["tail_head"] for r in real if r["point"] == f"fair S={k}"}
         doc["by_knob"][str(k)] = entry
     doc["realistic_vllm_tail_head"] = {r["workload"]: r["tail_head"] for r in real if r["policy"] == "vllm"}
+    if keep_rows:
+        doc["rows"] = real
     return doc
 
 
@@ -138,7 +160,7 @@ def print_sweep(doc: dict) -> None:
     for k in doc["knobs"]:
         e = doc["by_knob"][str(k)]
         cnt = {key: f"{e[key]['ok']}/{e[key]['of']}" for key in ("saved_design", "saved_held_out", "fresh")}
-        met = {key: f"{sum(g['met'] for g in e[key])}/{len(e[key])} met"
+        met = {key: f"{sum(g['met'] for g in e[key])}/{len(e[key])} met" if key in e else "no workloads"
                for key in ("realistic_design", "realistic_held_out")}
         fresh_cell = f"{cnt['fresh']} ({e['fresh']['min_ratio']:.3f})"
         print(f"{k:>4}  {cnt['saved_design']:>12}  {cnt['saved_held_out']:>14}  {fresh_cell:>20}  "
@@ -151,9 +173,42 @@ def print_sweep(doc: dict) -> None:
             if e[key]["misses"]:
                 print(f"  {title} misses: " + "; ".join(e[key]["misses"]))
         for key, title in (("realistic_design", "realistic design"), ("realistic_held_out", "realistic held out")):
-            for g in e[key]:
+            for g in e.get(key, []):
                 if not g["met"]:
                     print(f"  {title}: {g['goal']} ... NOT MET ({g['figures']})")
+
+
+def realistic_report(out: Path, knobs: tuple[int, ...] = KNOBS, *, large: bool = False,
+                     draw: int = realistic.GRID_DRAW, plots: bool = True, processes: int = 2) -> int:
+    """`lora-sched bench --realistic --knob-goals S,S,...`: only the
+    realistic part of the sweep, on the grid `--large` and `--draw` name
+    (`realistic.grid(large=, draw=)`); prints each S's goals per set,
+    writes `knob-realistic{-large}{-dDRAW}.json` under `out` (the rows
+    too) and a plot of fair's tail/head against S."""
+    specs = realistic.grid(large=large, draw=draw)
+    name = "knob-realistic" + ("-large" if large else "") + realistic.draw_suffix(draw)
+    t0 = time.perf_counter()
+    doc: dict = {"knobs": list(knobs), "large": large, "draw": draw,
+                 "specs": [realistic.spec_dict(s) for s in specs]}
+    doc.update(realistic_sweep(specs, knobs, processes=processes, progress=lambda m: print(m, flush=True),
+                               keep_rows=True))
+    doc["wall_s"] = time.perf_counter() - t0
+    print(f"== issue 20's realistic goals at each S: {len(specs)} workloads, draw {draw} ==")
+    for k in knobs:
+        e = doc["by_knob"][str(k)]
+        for key in (key for key in e if key.startswith("realistic_") and key != "realistic_tail_head"):
+            for g in e[key]:
+                print(f"  S = {k:>3}, {key.removeprefix('realistic_').replace('_', ' ')}: {g['goal']} ... "
+                      f"{'met' if g['met'] else 'NOT MET'}. ({g['figures']})")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.json"
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"\nwrote {path} ({doc['wall_s']:.0f} s)")
+    if plots:
+        from lora_sched.bench.plots import knob_tail_head
+
+        print(f"wrote {knob_tail_head(doc, out / f'{name}.png')}")
+    return 0
 
 
 def report(out: Path, knobs: tuple[int, ...] = KNOBS, seeds: tuple[int, ...] = SEEDS, *, iters: int = 250,

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from lora_sched.policy.costmodel import DEFAULT, SEED_PR, CostModel, StepFeatures, fit
 from lora_sched.policy.driver import RunResult, Workload, run
+from lora_sched.policy.gate import Gate
 from lora_sched.policy.workloads import seed_mix
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
@@ -239,9 +240,11 @@ class PolicyRun:
 
 
 def simulate_policy(config: Config, reqs: list[Request], policy: str,
-                    model: CostModel = DEFAULT) -> PolicyRun:
+                    model: CostModel = DEFAULT, *, gate: Gate | None = None) -> PolicyRun:
+    """One reference run of `policy` (or of `gate`, which replaces its gate,
+    as `driver.run` allows) through the cost model."""
     t = time.perf_counter()
-    result = run(config, Workload(list(reqs)), policy=policy)
+    result = run(config, Workload(list(reqs)), policy=policy, gate=gate)
     elapsed = time.perf_counter() - t
     tl = apply_model(build_timeline(result), model)
     prompts = {r.id: r.prompt_tokens for r in reqs}

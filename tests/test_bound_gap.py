@@ -317,20 +317,33 @@ def test_a_tampered_witness_or_pin_is_caught() -> None:
     assert any("verdict open, pinned unreachable" in p for p in _recheck(lowered, cfg, reqs, {}))
 
 
-def test_the_realistic_witnesses_settle_every_workload() -> None:
+# README's verdicts on the realistic grids: the fixed 12, all settled by a
+# witness that keeps the adapters; the fresh draw 21's 12, all but
+# `d21-real04`, where nobody waits and the witness search found no workload
+# within its figures where anyone does, so B is neither within 4x of its
+# worst wait (0) nor shown unreachable there: open.
+REALISTIC_VERDICTS = {20: {("unreachable", "Q,Qw,P,L,A"): 12},
+                      21: {("unreachable", "Q,Qw,P,L,A"): 11, ("open", "-"): 1}}
+
+
+@pytest.mark.parametrize("draw", sorted(REALISTIC_VERDICTS))
+def test_the_realistic_witnesses_settle_every_workload(draw: int) -> None:
     """README: on every workload of the realistic grid a witness within its
     figures, adapters kept, makes fair wait more than 4x the workload's
-    worst wait, so no bound in those figures is within 4x there. Re-measured
-    from `bench/results/realistic-witnesses.json` (`_recheck`): each workload
-    regenerated from its seeded spec, fair at the default S run on it and
-    on its saved witness."""
+    worst wait, so no bound in those figures is within 4x there; on the
+    fresh draw 21, on 11 of 12. Re-measured from
+    `bench/results/realistic-witnesses[-d21].json` (`_recheck`): each
+    workload regenerated from its seeded spec, fair at the default S run
+    on it and on its saved witness."""
     import json
+    from collections import Counter
 
     from lora_sched.bench import realistic
 
-    doc = json.loads((RESULTS / "realistic.json").read_text())
-    saved = json.loads((RESULTS / realistic.WITNESSES).read_text())
-    specs = {s.name: s for s in realistic.grid()}
+    suffix = realistic.draw_suffix(draw)
+    doc = json.loads((RESULTS / f"realistic{suffix}.json").read_text())
+    saved = json.loads((RESULTS / realistic.WITNESSES.replace(".json", f"{suffix}.json")).read_text())
+    specs = {s.name: s for s in realistic.grid(draw=draw)}
     assert sorted(doc["bound"]) == sorted(specs)
     problems = {}
     for name, row in doc["bound"].items():
@@ -340,7 +353,7 @@ def test_the_realistic_witnesses_settle_every_workload() -> None:
         if got:
             problems[name] = got
     assert not problems, problems
-    assert {(r["verdict"], r["reads"]) for r in doc["bound"].values()} == {("unreachable", "Q,Qw,P,L,A")}
+    assert Counter((r["verdict"], r["reads"]) for r in doc["bound"].values()) == REALISTIC_VERDICTS[draw]
 
 
 def test_a_relay_keeping_the_throttle_on_settles_a_family_the_fed_blocks_do_not() -> None:

@@ -102,3 +102,40 @@ def _small_sweep(fams):
         return real(knob_values, seeds, iters=iters, restarts=restarts, directory=fams, specs=[spec],
                     spaces=("base",), processes=1, progress=progress)
     return small
+
+
+def test_cli_realistic_knob_goals_runs_the_grid_it_names(tmp_path, monkeypatch, capsys):
+    """`bench --realistic --knob-goals 16,48 --large --draw 21`: only the
+    realistic part, on the grid the flags name (shrunk here to two small
+    workloads of it), fair run at each S; a fresh draw has no design set."""
+    real_grid = R.grid
+    calls = []
+
+    def small_grid(**kw):
+        calls.append(kw)
+        return [replace(s, requests=60, adapters=8, load=1.5, max_loras=2) for s in real_grid(**kw)[:2]]
+    monkeypatch.setattr(R, "grid", small_grid)
+    assert cli_main(["bench", "--realistic", "--knob-goals", "16,48", "--large", "--draw", "21",
+                     "--out", str(tmp_path)]) == 0
+    assert calls == [{"large": True, "draw": 21}]
+    out = capsys.readouterr().out
+    assert "realistic goals at each S: 2 workloads, draw 21" in out and "saved families" not in out
+    doc = json.loads((tmp_path / "knob-realistic-large-d21.json").read_text())
+    assert (tmp_path / "knob-realistic-large-d21.png").exists()
+    assert doc["knobs"] == [16, 48] and set(doc["by_knob"]) == {"16", "48"}
+    for e in doc["by_knob"].values():
+        assert "realistic_design" not in e and len(e["realistic_held_out"]) == 7
+    specs = small_grid(large=True, draw=21)
+    worst = {}
+    for s in (16, 48):  # each S's rows are fair's own run at that S, made here outside the sweep
+        for spec in specs:
+            run = simulate_policy(spec.config(starvation_steps=s), R.workload(spec), "fair")
+            [row] = [r for r in doc["rows"] if r["workload"] == spec.name and r["point"] == f"fair S={s}"]
+            assert row["max"] == worst.setdefault((s, spec.name), max(run.waits.values()))
+    assert worst[16, specs[1].name] != worst[48, specs[1].name]  # else a knob ignored would pass
+
+
+def test_large_and_draw_are_refused_outside_realistic(capsys):
+    for flags in (["--large"], ["--draw", "21"]):
+        assert cli_main(["bench", "--knob-goals", "16", *flags]) == 2
+        assert "--large and --draw choose the grid of --realistic" in capsys.readouterr().out

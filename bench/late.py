@@ -22,13 +22,23 @@ different reasons: the first is the guard acting on its adapter, the
 second is the adapter not running, which under fair follows from the
 older starving requests' adapters taking the slots (mechanisms 1 and 2).
 
+Then it asks what starting that request on time would cost, with an
+oracle no online rule has (it knows which request ends the run and when
+vllm admits it): fair unchanged, except that at the step vllm first
+admits that request, it becomes r* at once, ahead of any older starving
+request and of the S-step gap (`oracle_gate`). Beside vllm's and fair's
+figures the row gives the oracle's throughput ratio, worst wait and
+tail/head: what a rule that found such requests online could buy at
+best by this route, and what it would cost the other goals.
+
 `python -m lora_sched.bench.late [--large] [--draw K] [--S 16] [--workloads P,Q]`
 runs vllm and fair at S on the grid (`bench.realistic.grid`), or on the
 workloads whose names start with one of P, Q, ..., and prints one line
 per workload whose throughput ratio (cost-model seconds, as
 `bench.realistic`) is below 0.97: the run-ending request, its first
-admission under fair and vllm, and its waiting steps by reason. It writes
-`late[-large][-dK].json` under `--out`. Nothing here is shipped.
+admission under fair and vllm, its waiting steps by reason, and the
+oracle's figures. It writes `late[-large][-dK].json` under `--out`.
+Nothing here is shipped.
 """
 
 from __future__ import annotations
@@ -38,18 +48,40 @@ import json
 import multiprocessing
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from lora_sched.bench import realistic as R
 from lora_sched.bench.preemption import finish_steps
 from lora_sched.bench.simulate import simulate_policy
 from lora_sched.policy.driver import RunResult, release
-from lora_sched.policy.fair import FairGate
+from lora_sched.policy.fair import FairGate, FairGuard
 from lora_sched.policy.gate import ScanContext
 from lora_sched.spec import releases
 
 THROUGHPUT_GOAL = 0.97  # issue 20's realistic goal: the misses this module explains
 NOT_VISITED = "not visited"
+
+
+def oracle_gate(target: str, start: int) -> FairGate:
+    """fair's gate, except that at the first scan at or after step `start`
+    with `target` waiting, `target` becomes r* (the current r* and its
+    victims dropped, the S-step gap ignored); the rule runs unchanged
+    from there (module docstring: the oracle)."""
+
+    class OracleGuard(FairGuard):
+        forced = False
+
+        def begin_scan(self, step: int, stale: Callable[[str], bool] = lambda rid: False) -> str | None:
+            if not self.forced and step >= start and target in self._waiting and self.star != target:
+                self._clear()
+                self.star, self.star_adapter, self.chosen_at = target, self._waiting[target][1], step
+                self.forced = True
+            return super().begin_scan(step, stale)
+
+    gate = FairGate()
+    gate.guard_class = OracleGuard
+    return gate
 
 
 class StarLog(FairGate):
@@ -86,14 +118,20 @@ def late_start(spec: R.Spec, knob: int) -> dict:
     last = max(finish, key=lambda r: (finish[r], r))
     state = fair.result.scheduler.state.reqs[last]
     waited = waiting_reasons(fair.result, last)
+    at_vllm = vllm.result.scheduler.state.reqs[last].first_admitted
+    oracle = simulate_policy(spec.config(starvation_steps=knob), reqs, "fair", gate=oracle_gate(last, at_vllm))
+    adapter_of = {r.id: r.adapter for r in reqs}
+    figures = {name: {"ratio_s": vllm.block["duration_s"] / run.block["duration_s"], "max": max(run.waits.values()),
+                      "tail_head": R.tail_head(run.waits, adapter_of, spec)}
+               for name, run in (("vllm", vllm), ("fair", fair), ("oracle", oracle))}
     return {"workload": spec.name, "S": knob, "design": spec.design,
-            "ratio_s": vllm.block["duration_s"] / fair.block["duration_s"],
+            "ratio_s": figures["fair"]["ratio_s"],
             "last": last, "adapter": state.req.adapter, "outputs": state.req.max_tokens,
             "arrival": state.req.arrival, "preempted": state.preemptions,
-            "first_admitted_fair": state.first_admitted,
-            "first_admitted_vllm": vllm.result.scheduler.state.reqs[last].first_admitted,
+            "first_admitted_fair": state.first_admitted, "first_admitted_vllm": at_vllm,
+            "first_admitted_oracle": oracle.result.scheduler.state.reqs[last].first_admitted,
             "waited": sum(waited.values()), "reasons": dict(waited.most_common()),
-            "star_steps": sum(1 for star in gate.stars.values() if star == last)}
+            "star_steps": sum(1 for star in gate.stars.values() if star == last), "figures": figures}
 
 
 def _job(args: tuple[R.Spec, int, str]) -> dict:
@@ -107,7 +145,10 @@ def line(row: dict) -> str:
     return (f"{row['workload']:44s} thr {row['ratio_s']:.3f}: {row['last']} (adapter {row['adapter']}, "
             f"{row['outputs']} outputs, arrives {row['arrival']}) first admitted {row['first_admitted_fair']} "
             f"under fair, {row['first_admitted_vllm']} under vllm; waited {row['waited']} steps: {reasons}; "
-            f"r* on {row['star_steps']}")
+            f"r* on {row['star_steps']}\n    " + "; ".join(
+                f"{name} thr {f['ratio_s']:.3f}, max wait {f['max']}, tail/head {f['tail_head']:.2f}"
+                for name, f in row["figures"].items())
+            + f" (oracle admits it at {row['first_admitted_oracle']})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,6 +186,15 @@ def main(argv: list[str] | None = None) -> int:
         total.update(r["reasons"])
     if misses:
         print("  all of them: " + ", ".join(f"{k} {v}" for k, v in total.most_common()))
+        o = [r["figures"]["oracle"] for r in misses]
+        v = [r["figures"]["vllm"] for r in misses]
+        f = [r["figures"]["fair"] for r in misses]
+        print(f"  the oracle: throughput >= {THROUGHPUT_GOAL} on {sum(x['ratio_s'] >= THROUGHPUT_GOAL for x in o)} "
+              f"of {len(o)} (min {min(x['ratio_s'] for x in o):.3f}); worst wait above vllm's on "
+              f"{sum(a['max'] > b['max'] for a, b in zip(o, v, strict=True))} (fair: "
+              f"{sum(a['max'] > b['max'] for a, b in zip(f, v, strict=True))}), above fair's on "
+              f"{sum(a['max'] > b['max'] for a, b in zip(o, f, strict=True))}; tail/head above fair's on "
+              f"{sum(a['tail_head'] > b['tail_head'] for a, b in zip(o, f, strict=True))}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"late{'-large' if args.large else ''}{R.draw_suffix(args.draw)}.json"

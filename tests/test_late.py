@@ -5,8 +5,9 @@ step, `b` (adapter 2) arrives with it, `long2` (adapter 1, 30 outputs) at
 step 3. vllm keeps adapter 1's slot busy: it admits `long2` at once and
 `b` waits for the slot to drain. fair at S = 2 makes `b` r* (from step 3),
 adapter 1 its victim, and holds `long2` (late: 30 outputs cannot end by
-the deadline) until `b` is in. Each count is checked against what the
-scenario forces, not against the module's own arithmetic.
+the deadline) until `b` is in; the oracle, told `long2` and step 3,
+starts it then and makes `b` wait. Each count is checked against what
+the scenario forces, not against the module's own arithmetic.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from lora_sched.bench import realistic as R
-from lora_sched.bench.late import StarLog, late_start, waiting_reasons
+from lora_sched.bench.late import StarLog, late_start, oracle_gate, waiting_reasons
 from lora_sched.bench.simulate import simulate_policy
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
@@ -51,6 +52,19 @@ def test_a_held_request_is_counted_as_held_and_is_not_r_star():
     assert "long2" not in gate.stars.values() and "b" in gate.stars.values()
 
 
+def test_the_oracle_starts_the_request_when_vllm_does_at_the_older_ones_cost():
+    """At step 3, when vllm admits `long2`, the oracle makes it r* ahead of
+    `b` (older, starving, r* since step 3): it gets in at once, its
+    adapter's slot stays busy 30 more steps, and `b` waits for that."""
+    cfg = Config(max_loras=1, policy="fair", starvation_steps=2)
+    fair = simulate_policy(cfg, REQS, "fair").result.scheduler.state.reqs
+    oracle = simulate_policy(cfg, REQS, "fair", gate=oracle_gate("long2", 3)).result.scheduler.state.reqs
+    assert fair["long2"].first_admitted > 3 and oracle["long2"].first_admitted == 3
+    assert oracle["b"].first_admitted > fair["b"].first_admitted + 12
+    unforced = simulate_policy(cfg, REQS, "fair", gate=oracle_gate("long2", 10 ** 6)).result.scheduler.state.reqs
+    assert {k: rs.first_admitted for k, rs in unforced.items()} == {k: rs.first_admitted for k, rs in fair.items()}
+
+
 def test_late_start_names_the_request_that_ends_fairs_run():
     spec = replace(R.grid(large=True, draw=21)[1], requests=60, adapters=8, load=1.5, max_loras=2)
     row = late_start(spec, 16)
@@ -61,3 +75,5 @@ def test_late_start_names_the_request_that_ends_fairs_run():
     assert row["first_admitted_fair"] == rs.first_admitted
     start = max(rs.req.arrival, fair.records[0].step)  # the step it first waits
     assert row["waited"] == sum(row["reasons"].values()) == rs.first_admitted - start
+    assert row["figures"]["vllm"]["ratio_s"] == 1.0 and row["figures"]["fair"]["ratio_s"] == row["ratio_s"]
+    assert row["figures"]["fair"]["max"] == max(fair.waits().values())

@@ -98,7 +98,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--large", action="store_true",
                         help="--realistic (alone or with --knob-goals): the 48-workload grid (default 12)")
     parser.add_argument("--draw", type=parse_draw, default=realistic_grid_draw,
-                        help=f"--realistic: the grid's draw (default {realistic_grid_draw}, the fixed grid with its "
+                        help=f"--realistic (alone or with --knob-goals): the grid's draw (default "
+                             f"{realistic_grid_draw}, the fixed grid with its "
                              "design / held-out split); a larger one draws a fresh grid like it, all held out")
     parser.add_argument("--knob-goals", nargs="?", const=",".join(map(str, KNOBS)), default=None, metavar="S,S,...",
                         help="issue 20's goals at each starvation_steps value (default "
@@ -183,15 +184,15 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
+    if (args.large or args.draw != realistic_grid_draw) and not args.realistic:
+        print("error: --large and --draw choose the grid of --realistic (alone or with --knob-goals); "
+              "no other mode reads them")
+        return 2
     if args.overhead:
         return overhead.main(args)
     if (args.live or args.speed) and importlib.util.find_spec("vllm") is None:
         # Before a minute of simulation, not after: `lora_sched.cli` names the extra.
         raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
-    if (args.large or args.draw != realistic_grid_draw) and not args.realistic:
-        print("error: --large and --draw choose the grid of --realistic (alone or with --knob-goals); "
-              "no other mode reads them")
-        return 2
     args.out = args.out or "out/bench"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

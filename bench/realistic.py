@@ -66,6 +66,7 @@ from lora_sched.spec.request import Request
 
 PROMPT_MEDIAN, OUTPUT_MEDIAN, SIGMA, CLIP = 200, 120, 1.0, 2048
 SEATS = 256
+THROUGHPUT_GOAL = 0.97  # issue 20: fair's throughput >= this share of vllm's on every realistic workload
 GRID_DRAW = 20  # the seed of the fixed grid's axes; fresh draws are above it (their request seeds follow)
 
 
@@ -330,7 +331,7 @@ def goals(rows: list[dict], *, design: bool | None = None,
                 f"above on {len(over)} of {len(by)}" + (f" (e.g. {over[0]}: {by[over[0]][fair]['max']} vs "
                                                          f"{by[over[0]]['vllm']['max']})" if over else "")))
     ratios = [ps[fair]["ratio_s"] for ps in by.values()]
-    out.append(("throughput >= 0.97 of vllm everywhere", min(ratios, default=1) >= 0.97,
+    out.append((f"throughput >= {THROUGHPUT_GOAL} of vllm everywhere", min(ratios, default=1) >= THROUGHPUT_GOAL,
                 f"min {min(ratios, default=float('nan')):.3f}"))
     out.append(("median throughput >= 0.99 of vllm", float(np.median(ratios)) >= 0.99 if ratios else True,
                 f"median {float(np.median(ratios)) if ratios else float('nan'):.3f}"))

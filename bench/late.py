@@ -151,8 +151,11 @@ def line(row: dict) -> str:
             + f" (oracle admits it at {row['first_admitted_oracle']})")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lora_sched.bench.late", description=__doc__.split("\n")[0])
+def grid_parser(prog: str, doc: str) -> argparse.ArgumentParser:
+    """The command line this experiment and `bench.critical` share: the
+    grid (`--large`, `--draw`), S, `--workloads`, the release, `--out`,
+    `--processes`."""
+    ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n")[0])
     ap.add_argument("--large", action="store_true", help="the 48-workload grid (1200 requests each)")
     ap.add_argument("--draw", type=R.parse_draw, default=R.GRID_DRAW, help="the grid's draw (bench.realistic)")
     ap.add_argument("--S", type=int, default=16, help="fair's starvation_steps (default 16)")
@@ -161,14 +164,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vllm", choices=list(releases.RELEASES), default=releases.NEWEST)
     ap.add_argument("--out", default="out/bench")
     ap.add_argument("--processes", type=int, default=2)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def grid_specs(args: argparse.Namespace) -> list[R.Spec] | None:
+    """The grid's workloads `--workloads` selects, or None (said why) when it selects none."""
     specs = R.grid(large=args.large, draw=args.draw)
     prefixes = [p for p in args.workloads.split(",") if p]
     if prefixes:
         specs = [s for s in specs if any(s.name.startswith(p) for p in prefixes)]
         if not specs:
             print(f"error: --workloads {args.workloads}: no workload of the grid starts with any of these")
-            return 2
+            return None
+    return specs
+
+
+def write_rows(args: argparse.Namespace, stem: str, rows: list[dict], t0: float) -> Path:
+    """`<stem>[-large][-dK].json` under `--out`: the run's S, grid, release, rows and wall time."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{stem}{'-large' if args.large else ''}{R.draw_suffix(args.draw)}.json"
+    path.write_text(json.dumps({"S": args.S, "draw": args.draw, "large": args.large, "vllm": args.vllm,
+                                "rows": rows, "wall_s": time.perf_counter() - t0}, indent=1) + "\n")
+    print(f"wrote {path} ({time.perf_counter() - t0:.0f} s)")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = grid_parser("python -m lora_sched.bench.late", __doc__).parse_args(argv)
+    specs = grid_specs(args)
+    if specs is None:
+        return 2
     t0 = time.perf_counter()
     print(f"late starts: {len(specs)} workloads, vllm and fair at S = {args.S} ...", flush=True)
     rows = []
@@ -195,12 +221,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{sum(a['max'] > b['max'] for a, b in zip(f, v, strict=True))}), above fair's on "
               f"{sum(a['max'] > b['max'] for a, b in zip(o, f, strict=True))}; tail/head above fair's on "
               f"{sum(a['tail_head'] > b['tail_head'] for a, b in zip(o, f, strict=True))}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"late{'-large' if args.large else ''}{R.draw_suffix(args.draw)}.json"
-    path.write_text(json.dumps({"S": args.S, "draw": args.draw, "large": args.large, "vllm": args.vllm,
-                                "rows": rows, "wall_s": time.perf_counter() - t0}, indent=1) + "\n")
-    print(f"wrote {path} ({time.perf_counter() - t0:.0f} s)")
+    write_rows(args, "late", rows, t0)
     return 0
 
 

@@ -59,7 +59,10 @@ Bound. A critical r* jumps the age order, so B's `guards_ahead` lemma no
 longer holds as stated: in *next* mode at most one critical guard (G + S
 with its gap) comes before each of fair's own, so the guards ahead of a
 request at most double and B with them (2 Qw (G + S + p); argued here,
-not checked); in *jump* mode a dropped r* has no bound. The experiment
+not checked by a monitor; a random search of 9 936 small runs, 2 254 of
+them with a critical r*, found a worst wait of 0.42 of that, and a hill
+climb on wait / 2B over runs with a critical r* 0.19); in *jump* mode a
+dropped r* has no bound. The experiment
 does not restate B; it measures first whether the rule buys the
 throughput.
 

@@ -155,6 +155,11 @@ Lemmas, each a monitor in `tests/test_state_machines.py`:
   each is r* once per stay in `waiting` (with one priority nothing replaces
   an r*). So at most Qw guards run in that time, r's own included, and a
   gap follows each but r's own.
+- `quiet_guard`: r* chosen at t0 whose guard is quiet (no step from t0
+  until r* is in admits anyone but r*) is admitted by t0 + D + 2, which is
+  G where the cap cannot block r* (there every guard is quiet,
+  `star_alone`) and at most G - S where it can: nobody is admitted, so
+  `running` only shrinks and empties within D steps, and then r* is in.
 - `star_chosen` (p = N - 1 where KV can run out, else 0): from the step r
   has waited S steps until it is admitted, a step that is in no guard and
   no gap chooses an r* (r is a candidate: it has no async output in
@@ -163,14 +168,23 @@ Lemmas, each a monitor in `tests/test_state_machines.py`:
   at most p in a row: each preempts, nobody is admitted in them, and a
   lone running request is never preempted (its whole sequence fits).
 
-Hence, counting from the step a request joins `waiting`: S steps, then
-guards (at most Qw, G each), gaps (at most Qw - 1, S each) and steps that
-choose no r* (at most p before each of the at most Qw choices), so every
-request is first admitted within
+Hence, counting from the step t_r a request r joins `waiting`: S steps,
+then guards (at most Qw, G each), gaps (at most Qw - 1, S each) and steps
+that choose no r* (at most p before each of the at most Qw choices): Qw *
+(G + S + p). Where the cap can block r*, one S less. Let m <= Qw be the
+guards that run while r waits (`guards_ahead`). If the first was chosen at
+t_r or before, r's first S steps lie inside it and the S-step gap after
+it: at most G + (m - 1)(S + p + G). If it was chosen later and m < Qw,
+one whole guard and gap less than Qw's. If it was chosen later and m = Qw, then from step
+t_r + 1 on all m of its r*s wait until each is admitted, so at every step
+start of that first guard exactly they wait: nobody else is waiting then
+(no arrival, no preemption, which would make Qw + 1), so nobody else is
+admitted and it is quiet (`quiet_guard`): D + 2 <= G - S. So every request is first
+admitted within
 
-    B = Qw * (G + S + p)  =  Qw * (2D + D0 + 2S + 4 + p)   (max_loras < N)
-                             Qw * (D + D0 + 2S + 4)        (max_loras < N, capacity admits r*)
-                             Qw * (D + S + 2 + p)          (max_loras >= N)
+    B = Qw * (G + S + p) - S  =  Qw * (2D + D0 + 2S + 4 + p) - S   (max_loras < N)
+                                 Qw * (D + D0 + 2S + 4) - S        (max_loras < N, capacity admits r*)
+    B = Qw * (G + S + p)      =  Qw * (D + S + 2 + p)              (max_loras >= N)
 
 steps of joining `waiting`: linear in the requests waiting ahead, in the
 longest request and in S, under these assumptions: every request has the same
@@ -431,7 +445,7 @@ def guard_steps(config: Config, drain: int, non_decode: int, queue: int | None =
     if cap_can_block(config, queue):
         wait = 0 if capacity_admits_star(config, max_prompt=max_prompt, queue=queue) else drain
         return star_victim_steps(drain, non_decode, config.starvation_steps) + (wait + 1) + 1
-    return drain + 2
+    return quiet_guard_steps(drain)  # every guard is quiet (`star_alone`)
 
 
 def victim_steps(drain: int, starvation_steps: int) -> int:
@@ -444,6 +458,12 @@ def star_victim_steps(drain: int, non_decode: int, starvation_steps: int) -> int
     """G1* of the module docstring (`victim_drains`): a victim holds no slot
     D + D0 + S + 2 steps after r* is chosen."""
     return drain + non_decode + starvation_steps + 2
+
+
+def quiet_guard_steps(drain: int) -> int:
+    """`quiet_guard`: a guard whose steps admit nobody but r* ends within
+    D + 2 steps (`drain` is D): `running` empties, then r* is in."""
+    return drain + 2
 
 
 def gap_steps(config: Config) -> int:
@@ -463,8 +483,12 @@ def fair_bound(config: Config, *, queue: int, max_prompt: int, max_output: int, 
     d = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     d0 = non_decode_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     qw = queue if waiting is None else waiting
-    return qw * (guard_steps(config, d, d0, queue, max_prompt=max_prompt) + gap_steps(config)
-                 + unscanned_steps(config, queue))
+    b = qw * (guard_steps(config, d, d0, queue, max_prompt=max_prompt) + gap_steps(config)
+              + unscanned_steps(config, queue))
+    # Where the cap can block r*, every wait's guards and gaps come to one S less (the docstring's
+    # "one S less": r's first S inside the first guard, a guard fewer, or a quiet first guard,
+    # D + 2 <= G - S steps).
+    return b - config.starvation_steps if qw > 0 and cap_can_block(config, queue) else b
 
 
 def workload_bound(config: Config, requests: Iterable[Request], *, queue: int | None = None,

@@ -12,8 +12,8 @@ from lora_sched.spec.config import Config
 
 
 def fair_B(b: enc.Bounds, queue: int | None = None) -> int:
-    """fair's bound B (`policy.fair.fair_bound`: Qw (2D + D0 + 2S + 4 + p),
-    Qw (D + D0 + 2S + 4) where capacity cannot stop r* once a seat and a slot
+    """fair's bound B (`policy.fair.fair_bound`: Qw (2D + D0 + 2S + 4 + p) - S,
+    Qw (D + D0 + 2S + 4) - S where capacity cannot stop r* once a seat and a slot
     are free (`capacity_admits_star`), or Qw (D + S + 2 + p) where
     max_loras >= N and the cap cannot block r*;
     p = N - 1 where KV can run out, else 0)

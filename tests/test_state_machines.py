@@ -47,6 +47,7 @@ from lora_sched.policy.fair import (
     fair_bound,
     guard_steps,
     non_decode_steps,
+    quiet_guard_steps,
     star_victim_steps,
     unscanned_steps,
     victim_steps,
@@ -244,6 +245,9 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
       capacity cannot stop r* once a seat and a slot are free
       (`capacity_admits_star`), or where the cap cannot block r*
       (max_loras >= N) D + 2;
+    - `quiet_guard`: r* chosen at t0 whose steps from t0 on admit nobody
+      while it waits is admitted (or aborted) by t0 + D + 2 (key "quiet":
+      (r*, t0) -> whether its guard has admitted nobody so far);
     - `star_chosen`: a step past the gap that scans the waiting queue while
       a request never admitted has waited S steps ends with an r*, and at
       most p = `unscanned_steps` steps in a row scan none (keys
@@ -294,6 +298,12 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
     if step - g.chosen_at > g_steps:
         return (f"star_admitted_within_G: r* {g.star} chosen at {g.chosen_at} still waits at {step} "
                 f"> G = {g_steps}")
+    quiet = victim_since.setdefault("quiet", {})
+    key = (g.star, g.chosen_at)
+    quiet[key] = quiet.get(key, True) and not rec.admitted  # r* still waits: anyone admitted was someone else
+    if quiet[key] and step - g.chosen_at > quiet_guard_steps(d):
+        return (f"quiet_guard: r* {g.star} chosen at {g.chosen_at}, with nobody admitted since, still waits at "
+                f"{step} > D + 2 = {quiet_guard_steps(d)}")
     for v in g.victims:
         since = victim_since.setdefault((g.star, g.chosen_at, v), step)
         free_by = min(since + g1_steps, g.chosen_at + g1_star)
@@ -626,6 +636,24 @@ def test_guard_monitor_fires_when_g_is_planted_too_small_where_capacity_admits_r
     monkeypatch.setattr(sys.modules[__name__], "guard_steps", lambda *a, **k: real(*a, **k) // 2)
     broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
     assert broken is not None and broken.startswith("star_admitted_within_G"), broken
+
+
+def test_quiet_guard_monitor_fires_when_its_allowance_is_planted_too_small(monkeypatch: pytest.MonkeyPatch):
+    """`quiet_guard` is not vacuous: on the bound family searched against v8
+    (one slot, 7 seats, the cap can block r*), a guard that admits nobody
+    but r* takes 24 of the D + 2 = 33 steps it is allowed, so with the
+    allowance planted at a third of it the monitor fires on fair's real
+    rule, which keeps the real one."""
+    from lora_sched.bench.families import FAMILY_DIR, load
+
+    _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fairv8-bound.json")
+    cfg = replace(cfg, policy="fair")
+    assert cap_can_block(cfg, len(reqs))
+    assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
+    real = quiet_guard_steps
+    monkeypatch.setattr(sys.modules[__name__], "quiet_guard_steps", lambda drain: real(drain) // 3)
+    broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
+    assert broken is not None and broken.startswith("quiet_guard"), broken
 
 
 # One LoRA slot, one KV block, four seats: three requests of three adapters

@@ -83,18 +83,21 @@ threshold (chunks = ceil(W / c), 1 when off), k = `prefill_schedule_interval`
 (1 without DP throttling), Q the most requests present (waiting or
 running) and Qw <= Q the most requests waiting when a step starts. Then
 
-    D0 = floor(N * W / T) + k * chunks + (2 if async scheduling else 0)
+    D0 = k * (floor(N * W / T) + chunks) + (2 if async scheduling else 0)
     D  = D0 + (L - 1)
 
 bounds the steps a request spends in `running` while none is inserted ahead
 of it (admissions append; preemption only removes), and D0 + o - 1 does for
 one admitted with o outputs left: in each step it is either budget-starved,
 which spends T tokens of the at most N * W that it and the requests ahead
-of it still need, or gets all it asks for: a prefill chunk (deferred on at
-most k - 1 throttled steps in a row; a step that schedules nothing, every
-decode skipped as sure to finish under async scheduling, leaves nothing
-decoding, so the next step does not defer) or a decode; async scheduling
-adds the sure-to-finish step and the output that lands one step late. The cap can
+of it still need, or gets all it asks for: a prefill chunk or a decode.
+A DP throttle defers a prefill on at most k - 1 steps in a row before each
+step that schedules one, budget-starved or not (so it can come before
+every budget-starved step, not only before each chunk: hence k times
+both terms; a step that schedules nothing, every decode skipped as sure
+to finish under async scheduling, leaves nothing decoding, so the next
+step does not defer); async scheduling adds the sure-to-finish step and
+the output that lands one step late. The cap can
 block r* in a scan that admits anyone only when max_loras < N: the scan
 stops at a full `running` before it asks the cap, so the cap sees at most
 N - 1 running adapters, except where N = `kv_blocks` <= `max_num_seqs`;
@@ -401,8 +404,8 @@ def non_decode_steps(config: Config, *, max_prompt: int, max_output: int, queue:
     work = max_prompt + max_output - 1
     c = config.long_prefill_token_threshold
     chunks = -(-work // c) if c > 0 else 1
-    return (seats(config, queue) * work) // config.max_num_batched_tokens \
-        + config.prefill_schedule_interval * chunks + (2 if config.async_scheduling else 0)
+    return config.prefill_schedule_interval * ((seats(config, queue) * work) // config.max_num_batched_tokens
+                                               + chunks) + (2 if config.async_scheduling else 0)
 
 
 def seats(config: Config, queue: int | None = None) -> int:

@@ -295,15 +295,15 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
     if g.star != star0 and last is not None and step - last < s:
         return (f"guards_apart: r* {g.star} chosen at step {step}, {step - last} steps after the last r* was "
                 f"admitted (S = {s})")
-    if step - g.chosen_at > g_steps:
-        return (f"star_admitted_within_G: r* {g.star} chosen at {g.chosen_at} still waits at {step} "
-                f"> G = {g_steps}")
+    if step - g.chosen_at >= g_steps:  # still waiting after step t0 + G: not admitted by t0 + G
+        return (f"star_admitted_within_G: r* {g.star} chosen at {g.chosen_at} still waits after step {step} "
+                f">= t0 + G (G = {g_steps})")
     quiet = victim_since.setdefault("quiet", {})
     key = (g.star, g.chosen_at)
     quiet[key] = quiet.get(key, True) and not rec.admitted  # r* still waits: anyone admitted was someone else
-    if quiet[key] and step - g.chosen_at > quiet_guard_steps(d):
-        return (f"quiet_guard: r* {g.star} chosen at {g.chosen_at}, with nobody admitted since, still waits at "
-                f"{step} > D + 2 = {quiet_guard_steps(d)}")
+    if quiet[key] and step - g.chosen_at >= quiet_guard_steps(d):
+        return (f"quiet_guard: r* {g.star} chosen at {g.chosen_at}, with nobody admitted since, still waits after "
+                f"step {step} >= t0 + D + 2 (D + 2 = {quiet_guard_steps(d)})")
     for v in g.victims:
         since = victim_since.setdefault((g.star, g.chosen_at, v), step)
         free_by = min(since + g1_steps, g.chosen_at + g1_star)
@@ -654,6 +654,41 @@ def test_quiet_guard_monitor_fires_when_its_allowance_is_planted_too_small(monke
     monkeypatch.setattr(sys.modules[__name__], "quiet_guard_steps", lambda drain: real(drain) // 3)
     broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
     assert broken is not None and broken.startswith("quiet_guard"), broken
+
+
+# Found by an adversary's search against the fifth restatement of B (2026-12-04):
+# a 48-token prompt under a 15-token budget and vLLM 0.33's prefill cadence of 4
+# (arrivals one step later than found, as `_first_broken_lemma` starts at step 1).
+THROTTLED_CHUNKS_CASE = (Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=15, kv_blocks=16, block_size=16,
+                                starvation_steps=11, prefill_schedule_interval=4, vllm="0.33", policy="fair"),
+                         [Request("r15", 2, 19, 8, 1), Request("r16", 0, 39, 16, 6), Request("r46", 1, 48, 16, 2),
+                          Request("r63", 4, 5, 5, 2)])
+
+
+def test_d0_counts_the_throttle_before_every_budget_starved_step(monkeypatch: pytest.MonkeyPatch):
+    """D0 charges the DP throttle's k - 1 deferred steps before every step
+    that schedules a prefill, budget-starved ones included: k (floor(N W /
+    T) + chunks). Here r46's 48-token prompt is admitted with 5 tokens and
+    then gets 14 a step, each after three throttled steps, so it stays 32
+    steps in `running`; D0 as it was (floor(N W / T) + k chunks = 12, D =
+    27) let `quiet_guard` fire (r63 chosen at 13 and admitted at 44, with
+    nobody admitted in between). With D0 = 36 every lemma holds."""
+    import lora_sched.policy.fair as fair
+
+    cfg, reqs = THROTTLED_CHUNKS_CASE
+    p, o = max(r.prompt_tokens for r in reqs), max(r.max_tokens for r in reqs)
+    assert non_decode_steps(cfg, max_prompt=p, max_output=o, queue=len(reqs)) == 36
+    assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
+
+    def old_d0(config, *, max_prompt, max_output, queue=None):
+        work = max_prompt + max_output - 1
+        return fair.seats(config, queue) * work // config.max_num_batched_tokens + config.prefill_schedule_interval
+
+    monkeypatch.setattr(sys.modules[__name__], "drain_steps",
+                        lambda config, *, max_prompt, max_output, queue=None:
+                        old_d0(config, max_prompt=max_prompt, max_output=max_output, queue=queue) + max_output - 1)
+    broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
+    assert broken is not None and broken.startswith("quiet_guard: r* r63 chosen at 13"), broken
 
 
 # One LoRA slot, one KV block, four seats: three requests of three adapters

@@ -718,7 +718,8 @@ def tightness(family: str, cfg: Config, reqs: list[Request], *, climb_iters: int
     fair_cfg = replace(cfg, policy="fair")
     d = drain_steps(fair_cfg, max_prompt=fig.prompt, max_output=fig.output, queue=fig.present)
     d0 = non_decode_steps(fair_cfg, max_prompt=fig.prompt, max_output=fig.output, queue=fig.present)
-    return replace(t, guard=longest, guard_bound=guard_steps(fair_cfg, d, d0, fig.present, max_prompt=fig.prompt))
+    return replace(t, guard=longest, guard_bound=guard_steps(fair_cfg, d, d0, fig.present, max_prompt=fig.prompt,
+                                                             max_output=fig.output))
 
 
 def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: int = 0, seed: int = 0) -> Tightness:

@@ -125,22 +125,35 @@ Lemmas, each a monitor in `tests/test_state_machines.py`:
   y's output of the step before still in flight (and D0 + L = D + 1). A late
   request is let in only while another victim remains, so one always
   remains.
-- `star_admitted_within_G` (G = 2D + D0 + S + 4 when max_loras < N; D +
-  D0 + S + 4 when, besides, capacity admits r*): r* chosen at t0 is
-  admitted by t0 + G. Until the cap blocks it, a capacity stop at r*
-  admits nobody, so within D + 1 steps `running` empties or r* is in or
-  cap-blocked (t1); a victim's slot is free by t0 + G1* and nobody can
-  take it first; then within D + 1 more steps capacity lets r* in. Where
-  capacity cannot stop r* once a seat and a slot are free
-  (`capacity_admits_star`: KV unlimited, no DP throttle, and T covers the
-  other N - 1 requests' largest chunks and r*'s first), that last wait is
-  one step: the request whose leaving frees the slot frees a seat too
-  (with KV unlimited nothing is preempted), and r* is visited first in
-  the next scan, so it is in then; G = G1* + 2 keeps no slack of its own
-  beyond `victim_drains`'. Where the cap cannot block r* in a scan that
-  admits anyone (max_loras >= N), G = D + 2: nobody is admitted from t0
-  until r* (`star_alone`), so `running` empties within D steps, and then
-  r* is in (a DP throttle defers prefills only while something decodes).
+- `star_fits` (E): r* that starts a step waiting with a seat and a LoRA
+  slot free is admitted within E steps, that one included. From that step
+  on nobody is admitted before r* (`star_first`; the cap does not stop it,
+  and a capacity stop at r* ends the scan), so `running` only shrinks and
+  the seat and the slot stay free. E = D + 1 in general: `running` empties
+  within D steps, and then r* is in. E = 1 where capacity cannot stop r*
+  once a seat and a slot are free (`capacity_admits_star`: KV unlimited,
+  no DP throttle, and T covers the other N - 1 requests' largest chunks
+  and r*'s first). E = k (floor((N - 1) W / T) + 1) where KV is unlimited,
+  prefill is chunked and scheduling synchronous: r* needs a seat, a slot
+  and one token of budget, so a step that does not admit it is either
+  deferred by the DP throttle or budget-starved, its whole budget T spent
+  by the at most N - 1 running requests, which need at most (N - 1) W
+  tokens in all and get no new company; at most floor((N - 1) W / T)
+  steps are budget-starved, and the throttle defers at most k - 1 steps
+  in a row before each step it does not defer (in a synchronous step that
+  defers, something decodes and is scheduled, so 0.33's cadence
+  advances).
+- `star_admitted_within_G` (G = G1* + E + 1 = D + D0 + S + E + 3 when
+  max_loras < N): r* chosen at t0 is admitted by t0 + G. Until the cap
+  blocks it, a capacity stop at r* admits nobody, so within D + 1 steps
+  `running` empties or r* is in or cap-blocked (t1); a victim's slot is
+  free by t0 + G1*, and the request whose leaving frees it frees a seat
+  too (with KV unlimited nothing is preempted; where KV can run out, E =
+  D + 1 needs no free seat), so `star_fits` applies from the next step.
+  Where the cap cannot block r* in a scan that admits anyone (max_loras >=
+  N), G = D + 2: nobody is admitted from t0 until r* (`star_alone`), so
+  `running` empties within D steps, and then r* is in (a DP throttle
+  defers prefills only while something decodes).
 - `star_alone` (max_loras >= N): no scan admits anyone from the step r* is
   chosen until r* is admitted. r* has no async output in flight when
   chosen, and a waiting request gets none, so every scan visits it first;
@@ -185,9 +198,8 @@ start of that first guard exactly they wait: nobody else is waiting then
 admitted and it is quiet (`quiet_guard`): D + 2 <= G - S. So every request is first
 admitted within
 
-    B = Qw * (G + S + p) - S  =  Qw * (2D + D0 + 2S + 4 + p) - S   (max_loras < N)
-                                 Qw * (D + D0 + 2S + 4) - S        (max_loras < N, capacity admits r*)
-    B = Qw * (G + S + p)      =  Qw * (D + S + 2 + p)              (max_loras >= N)
+    B = Qw * (G + S + p) - S  =  Qw * (D + D0 + E + 2S + 3 + p) - S   (max_loras < N)
+    B = Qw * (G + S + p)      =  Qw * (D + S + 2 + p)                 (max_loras >= N)
 
 steps of joining `waiting`: linear in the requests waiting ahead, in the
 longest request and in S, under these assumptions: every request has the same
@@ -439,15 +451,34 @@ def capacity_admits_star(config: Config, *, max_prompt: int, queue: int | None =
     return config.max_num_batched_tokens >= (seats(config, queue) - 1) * other + first
 
 
-def guard_steps(config: Config, drain: int, non_decode: int, queue: int | None = None, *, max_prompt: int) -> int:
+def star_fits_steps(config: Config, drain: int, queue: int | None = None, *, max_prompt: int,
+                    max_output: int) -> int:
+    """E of the module docstring (`star_fits`; `drain` is D): from a step that
+    starts with r* waiting, a seat free and a LoRA slot free, r* is admitted
+    within E steps, that step included: 1 where capacity admits it at once
+    (`capacity_admits_star`); k (floor((N - 1) W / T) + 1) where KV is
+    unlimited, prefill is chunked and scheduling synchronous (each step that
+    does not admit it is budget-starved by the at most N - 1 running
+    requests' at most (N - 1) W tokens, or deferred by the throttle, at most
+    k - 1 in a row); else D + 1 (`running` only shrinks and empties)."""
+    if capacity_admits_star(config, max_prompt=max_prompt, queue=queue):
+        return 1
+    if config.kv_blocks is None and config.chunked_prefill and not config.async_scheduling:
+        work = max_prompt + max_output - 1
+        starved = (seats(config, queue) - 1) * work // config.max_num_batched_tokens
+        return config.prefill_schedule_interval * (starved + 1)
+    return drain + 1
+
+
+def guard_steps(config: Config, drain: int, non_decode: int, queue: int | None = None, *, max_prompt: int,
+                max_output: int) -> int:
     """G of the module docstring (`drain` is D, `non_decode` D0): r* is
-    admitted within 2D + D0 + S + 4 steps of being chosen where the cap can
-    block it (`cap_can_block`), D + D0 + S + 4 where besides capacity cannot
-    stop it once a seat and a slot are free (`capacity_admits_star`), else
-    within D + 2."""
+    admitted within G1* + E + 1 = D + D0 + S + E + 3 steps of being chosen
+    where the cap can block it (`cap_can_block`; E = `star_fits_steps`),
+    else within D + 2."""
     if cap_can_block(config, queue):
-        wait = 0 if capacity_admits_star(config, max_prompt=max_prompt, queue=queue) else drain
-        return star_victim_steps(drain, non_decode, config.starvation_steps) + (wait + 1) + 1
+        fits = star_fits_steps(config, drain, queue, max_prompt=max_prompt, max_output=max_output)
+        return star_victim_steps(drain, non_decode, config.starvation_steps) + fits + 1
     return quiet_guard_steps(drain)  # every guard is quiet (`star_alone`)
 
 
@@ -486,7 +517,7 @@ def fair_bound(config: Config, *, queue: int, max_prompt: int, max_output: int, 
     d = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     d0 = non_decode_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     qw = queue if waiting is None else waiting
-    b = qw * (guard_steps(config, d, d0, queue, max_prompt=max_prompt) + gap_steps(config)
+    b = qw * (guard_steps(config, d, d0, queue, max_prompt=max_prompt, max_output=max_output) + gap_steps(config)
               + unscanned_steps(config, queue))
     # Where the cap can block r*, every wait's guards and gaps come to one S less (the docstring's
     # "one S less": r's first S inside the first guard, a guard fewer, or a quiet first guard,

@@ -12,10 +12,9 @@ from lora_sched.spec.config import Config
 
 
 def fair_B(b: enc.Bounds, queue: int | None = None) -> int:
-    """fair's bound B (`policy.fair.fair_bound`: Qw (2D + D0 + 2S + 4 + p) - S,
-    Qw (D + D0 + 2S + 4) - S where capacity cannot stop r* once a seat and a slot
-    are free (`capacity_admits_star`), or Qw (D + S + 2 + p) where
-    max_loras >= N and the cap cannot block r*;
+    """fair's bound B (`policy.fair.fair_bound`: Qw (D + D0 + E + 2S + 3 + p) - S,
+    E the steps r* can wait once a seat and a slot are free (`star_fits_steps`),
+    or Qw (D + S + 2 + p) where max_loras >= N and the cap cannot block r*;
     p = N - 1 where KV can run out, else 0)
     for the config values of `b` that make it smallest, with Q and Qw both
     R by default (at most R requests are ever present at once). B shrinks

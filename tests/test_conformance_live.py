@@ -89,6 +89,9 @@ def test_readme_deploy_command(tmp_path):
                **{f"LORA{i}": str(assets.adapters[f"lora{i}"]) for i in (1, 2, 3)})
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     env["VLLM_LOGGING_LEVEL"] = "INFO"  # vLLM's default; the in-process harness lowers it for this process
+    # vLLM's CPU attention uses AMX without asking Linux for it (tests/amx_permission/sitecustomize.py).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).parent / "amx_permission"),
+                                                    env.get("PYTHONPATH")) if p)
     log = tmp_path / "server.log"
     with open(log, "wb") as f:
         proc = subprocess.Popen(["bash", "-c", _readme_deploy_command()], stdout=f, stderr=subprocess.STDOUT,
@@ -98,10 +101,13 @@ def test_readme_deploy_command(tmp_path):
         client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=120)
         models = {m.id for m in client.models.list().data}
         assert {"lora1", "lora2", "lora3"} <= models
-        with ThreadPoolExecutor(8) as pool:
-            outs = list(pool.map(lambda m: client.completions.create(
-                model=m, prompt="w1 w2 w3 w4", max_tokens=8, temperature=0.0, extra_body={"ignore_eos": True}),
-                [str(assets.model), "lora1", "lora2", "lora3", "lora1", "lora3"]))
+        try:
+            with ThreadPoolExecutor(8) as pool:
+                outs = list(pool.map(lambda m: client.completions.create(
+                    model=m, prompt="w1 w2 w3 w4", max_tokens=8, temperature=0.0, extra_body={"ignore_eos": True}),
+                    [str(assets.model), "lora1", "lora2", "lora3", "lora1", "lora3"]))
+        except Exception as e:  # the cause is in the server's log, not in the client's error
+            raise AssertionError(f"{e}\n--- server log (last 150 lines) ---\n{log_tail(log, 150)}") from e
         assert all(o.usage.completion_tokens == 8 for o in outs)
         text = log.read_text(errors="replace")
         assert "lora_sched: fair on AsyncFairScheduler, starvation_steps=16, max_loras=2" in text, log_tail(log)

@@ -48,6 +48,7 @@ from lora_sched.policy.fair import (
     guard_steps,
     non_decode_steps,
     quiet_guard_steps,
+    star_fits_steps,
     star_victim_steps,
     unscanned_steps,
     victim_steps,
@@ -240,11 +241,12 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
       no slot after min(t1 + G1, t0 + G1*) while r* waits and it stays a
       victim, G1 = `victim_steps(D, S)` = D + S + 1 and
       G1* = `star_victim_steps(D, D0, S)` = D + D0 + S + 2;
+    - `star_fits`: r* that starts a step waiting with a seat and a slot free
+      is admitted (or aborted) within E = `star_fits_steps` steps, that one
+      included (key "fits", `_star_fits`);
     - `star_admitted_within_G`: r* chosen at t0 is admitted (or aborted) by
-      t0 + G, G = `guard_steps` = 2D + D0 + S + 4, D + D0 + S + 4 where
-      capacity cannot stop r* once a seat and a slot are free
-      (`capacity_admits_star`), or where the cap cannot block r*
-      (max_loras >= N) D + 2;
+      t0 + G, G = `guard_steps` = D + D0 + S + E + 3, or where the cap
+      cannot block r* (max_loras >= N) D + 2;
     - `quiet_guard`: r* chosen at t0 whose steps from t0 on admit nobody
       while it waits is admitted (or aborted) by t0 + D + 2 (key "quiet":
       (r*, t0) -> whether its guard has admitted nobody so far);
@@ -277,7 +279,7 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
     d = drain_steps(sched.config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     d0 = non_decode_steps(sched.config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     s = sched.config.starvation_steps
-    g_steps = guard_steps(sched.config, d, d0, queue, max_prompt=max_prompt)
+    g_steps = guard_steps(sched.config, d, d0, queue, max_prompt=max_prompt, max_output=max_output)
     g1_steps, g1_star = victim_steps(d, s), star_victim_steps(d, d0, s)
     if star0 is not None and star0 in rec.admitted and rec.admitted[0] != star0:
         return f"star_first: r* {star0} admitted after {rec.admitted[:rec.admitted.index(star0)]} at step {step}"
@@ -300,6 +302,10 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
                 f">= t0 + G (G = {g_steps})")
     quiet = victim_since.setdefault("quiet", {})
     key = (g.star, g.chosen_at)
+    broken = _star_fits(sched, rec, step, star0, key, victim_since.setdefault("fits", {}),
+                        star_fits_steps(sched.config, d, queue, max_prompt=max_prompt, max_output=max_output))
+    if broken:
+        return broken
     quiet[key] = quiet.get(key, True) and not rec.admitted  # r* still waits: anyone admitted was someone else
     if quiet[key] and step - g.chosen_at >= quiet_guard_steps(d):
         return (f"quiet_guard: r* {g.star} chosen at {g.chosen_at}, with nobody admitted since, still waits after "
@@ -310,6 +316,26 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
         if step > free_by and any(st_.reqs[r].req.adapter == v for r in st_.running):
             return (f"victim_drains: victim {v} chosen at {since} for r* chosen at {g.chosen_at} still holds a "
                     f"slot at {step} > min(t1 + D + S + 1, t0 + D + D0 + S + 2) = {free_by}")
+    return None
+
+
+def _star_fits(sched: Scheduler, rec, step: int, star0: str | None, key: tuple, fits: dict,
+               e_steps: int) -> str | None:
+    """The `star_fits` monitor of `lemma_violation` after step `step`: r*
+    that starts a step waiting with a seat free (fewer than `max_num_seqs`
+    running) and a LoRA slot free (its adapter is 0 or running, or fewer
+    than `max_loras` adapters run) is admitted within E steps, that one
+    included (`fits`: (r*, the step it was chosen) -> the first such step)."""
+    cfg, reqs = sched.config, sched.state.reqs
+    if star0 is not None and star0 in rec.waiting and key[0] == star0 and len(rec.running) < cfg.max_num_seqs:
+        running = {reqs[r].req.adapter for r in rec.running} - {0}
+        adapter = reqs[star0].req.adapter
+        if adapter == 0 or adapter in running or len(running) < cfg.max_loras:
+            fits.setdefault(key, step)
+    since = fits.get(key)
+    if since is not None and step - since >= e_steps - 1:  # still waiting after step since + E - 1
+        return (f"star_fits: r* {key[0]} waited with a seat and a slot free from step {since} and still waits "
+                f"after step {step} >= since + E - 1 (E = {e_steps})")
     return None
 
 
@@ -654,6 +680,27 @@ def test_quiet_guard_monitor_fires_when_its_allowance_is_planted_too_small(monke
     monkeypatch.setattr(sys.modules[__name__], "quiet_guard_steps", lambda drain: real(drain) // 3)
     broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
     assert broken is not None and broken.startswith("quiet_guard"), broken
+
+
+@pytest.mark.parametrize("family", ["adv-fairv4-throughput", "adv-fairv7-throttle-wait"])
+def test_star_fits_monitor_fires_when_capacity_is_planted_to_admit_at_once(
+        family: str, monkeypatch: pytest.MonkeyPatch):
+    """`star_fits` is not vacuous: on these two families (KV unlimited,
+    chunked prefill, synchronous) an r* that starts a step with a seat and a
+    slot free is in only on the 4th step from it (a 7-token budget spent by
+    the running requests) or the 3rd (a 9-token budget and 0.33's prefill
+    cadence of 3), within E = 55 and 150. Planted with E = 1, as if capacity
+    admitted r* at once wherever KV is unlimited, the monitor fires on
+    fair's real rule, which keeps the real E."""
+    from lora_sched.bench.families import FAMILY_DIR, load
+
+    _, cfg, reqs, _ = load(FAMILY_DIR / f"{family}.json")
+    cfg = replace(cfg, policy="fair")
+    assert cfg.kv_blocks is None and cfg.chunked_prefill and not cfg.async_scheduling
+    assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
+    monkeypatch.setattr(sys.modules[__name__], "star_fits_steps", lambda *a, **k: 1)
+    broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
+    assert broken is not None and broken.startswith("star_fits"), broken
 
 
 # Found by an adversary's search against the fifth restatement of B (2026-12-04):

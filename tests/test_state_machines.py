@@ -703,6 +703,42 @@ def test_star_fits_monitor_fires_when_capacity_is_planted_to_admit_at_once(
     assert broken is not None and broken.startswith("star_fits"), broken
 
 
+# Found by an adversary's search against the sixth restatement of B (2026-12-04):
+# runs where r* gets in on exactly the E-th step after a seat and a slot free,
+# one with no throttle (E = floor((N - 1) W / T) + 1 = 8) and one under 0.33's
+# prefill cadence of 4 (E = k = 4).
+STAR_FITS_TIGHT = {
+    "budget": (Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=5, block_size=1, queue="priority",
+                      starvation_steps=0, policy="fair"),
+               [Request("r4", 0, 36, 4, 9), Request("m30", 2, 24, 2, 13), Request("m85", 1, 19, 2, 6),
+                Request("m87", 0, 7, 2, 9), Request("m114", 2, 19, 1, 8), Request("m137", 3, 24, 2, 11),
+                Request("m148", 1, 19, 1, 7)], 8),
+    "cadence": (Config(max_loras=2, max_num_seqs=3, max_num_batched_tokens=65, long_prefill_token_threshold=2,
+                       block_size=2, queue="priority", starvation_steps=0, prefill_schedule_interval=4,
+                       vllm="0.33", policy="fair"),
+                [Request("r0", 2, 2, 6, 7), Request("r1", 1, 1, 1, 9), Request("r2", 4, 6, 4, 8),
+                 Request("r3", 1, 2, 2, 6), Request("r4", 3, 10, 4, 11), Request("r5", 3, 2, 1, 7),
+                 Request("r6", 0, 9, 2, 14), Request("m10", 5, 1, 4, 11), Request("m11", 4, 8, 3, 17),
+                 Request("m15", 4, 1, 6, 7), Request("m39", 2, 1, 4, 6), Request("m44", 5, 6, 4, 6),
+                 Request("m49", 3, 1, 1, 11)], 4),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STAR_FITS_TIGHT))
+def test_star_fits_is_reached_exactly(case: str, monkeypatch: pytest.MonkeyPatch):
+    """E is tight where it is new (KV unlimited, chunked prefill,
+    synchronous): on each pinned run every lemma holds with the real E, and
+    with E one step smaller `star_fits` fires, so no smaller E is sound."""
+    cfg, reqs, e = STAR_FITS_TIGHT[case]
+    p, o, q = max(r.prompt_tokens for r in reqs), max(r.max_tokens for r in reqs), len(reqs)
+    assert star_fits_steps(cfg, drain_steps(cfg, max_prompt=p, max_output=o, queue=q), q, max_prompt=p,
+                           max_output=o) == e
+    assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
+    monkeypatch.setattr(sys.modules[__name__], "star_fits_steps", lambda *a, **k: e - 1)
+    broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
+    assert broken is not None and broken.startswith("star_fits"), broken
+
+
 # Found by an adversary's search against the fifth restatement of B (2026-12-04):
 # a 48-token prompt under a 15-token budget and vLLM 0.33's prefill cadence of 4
 # (arrivals one step later than found, as `_first_broken_lemma` starts at step 1).

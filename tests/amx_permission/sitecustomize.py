@@ -11,7 +11,7 @@ process uses AMX tiles (`arch_prctl(ARCH_REQ_XCOMP_PERM)`; torch's
 `torch.cpu._init_amx()` asks for it; nothing in vLLM calls it). Without it
 the model worker may die with SIGILL ("Fatal Python error: Illegal
 instruction" in `cpu_attention_with_kv_cache`) on its first request. Here
-on 2026-12-04 that happened to 6 of 16 servers started with this command
+on 2026-12-04 that happened to 6 of 17 servers started with this command
 and to 3 of 10 started the same way with vLLM's stock scheduler (no
 `--scheduler-cls`), and CI's run of stop 41 failed on it. With the
 permission asked for first, none of 22 did (18 servers and 4 runs of the

@@ -490,13 +490,18 @@ NOT_FIRST_CASE = (Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=8, 
 
 
 def _first_broken_lemma(cfg: Config, reqs: list[Request], gate) -> str | None:
+    """Step `gate` on `reqs` from step 1 as `policy.driver.run` does (each
+    request joins at its arrival step, an idle step only applies the pending
+    async output; no DP throttle argument), checking `lemma_violation` after
+    every step: the first broken lemma, or None once every request is done."""
     sched = Scheduler(cfg, gate)
     since: dict = {}
-    for t in range(1, 1000):
+    for t in range(1, 100_000):
         for r in reqs:
             if r.arrival == t:
                 sched.add(r)
-        if not sched.has_work():
+        if not (sched.state.waiting or sched.state.running):
+            sched.drain()  # as `policy.driver.run`: an idle step applies the pending async output
             if t > max(r.arrival for r in reqs):
                 return None
             continue
@@ -506,7 +511,7 @@ def _first_broken_lemma(cfg: Config, reqs: list[Request], gate) -> str | None:
                                  max_output=max(r.max_tokens for r in reqs), queue=len(reqs), victim_since=since)
         if broken:
             return broken
-    return None
+    raise AssertionError(f"fair's run did not finish within {t} steps")
 
 
 @pytest.mark.parametrize("planted", ["drain", "keep_late", "not_first", "no_gap", "late_choice", "newest"])

@@ -416,8 +416,17 @@ def non_decode_steps(config: Config, *, max_prompt: int, max_output: int, queue:
     work = max_prompt + max_output - 1
     c = config.long_prefill_token_threshold
     chunks = -(-work // c) if c > 0 else 1
-    return config.prefill_schedule_interval * ((seats(config, queue) * work) // config.max_num_batched_tokens
+    return config.prefill_schedule_interval * (starved_steps(config, seats(config, queue), work)
                                                + chunks) + (2 if config.async_scheduling else 0)
+
+
+def starved_steps(config: Config, requests: int, work: int) -> int:
+    """The most budget-starved steps `requests` requests that need at most
+    `work` tokens each (W) can cause while nobody joins them: each spends
+    the whole budget T of the at most `requests` * W they need,
+    floor(`requests` W / T) (D0's first term with N of them; `star_fits`
+    with the N - 1 beside r*)."""
+    return requests * work // config.max_num_batched_tokens
 
 
 def seats(config: Config, queue: int | None = None) -> int:
@@ -464,8 +473,7 @@ def star_fits_steps(config: Config, drain: int, queue: int | None = None, *, max
     if capacity_admits_star(config, max_prompt=max_prompt, queue=queue):
         return 1
     if config.kv_blocks is None and config.chunked_prefill and not config.async_scheduling:
-        work = max_prompt + max_output - 1
-        starved = (seats(config, queue) - 1) * work // config.max_num_batched_tokens
+        starved = starved_steps(config, seats(config, queue) - 1, max_prompt + max_output - 1)
         return config.prefill_schedule_interval * (starved + 1)
     return drain + 1
 

@@ -62,6 +62,7 @@ from lora_sched.policy.fair import (
     fair_bound,
     guard_steps,
     non_decode_steps,
+    starvation_window,
 )
 from lora_sched.policy.workloads import FAMILIES
 from lora_sched.spec.config import Config
@@ -489,7 +490,7 @@ def _steer(cfg: Config, fig: Figures, k: int, block_out: int, reach: int, chain_
     are kept small (`chain_out`) except for the deadline-setting ones.
     Feeders arrive only within Qw and Q."""
     cfg = replace(cfg, policy="fair")
-    m, S, kv = cfg.max_loras, cfg.starvation_steps, cfg.kv_blocks
+    m, S, kv = cfg.max_loras, starvation_window(cfg), cfg.kv_blocks
     L = fig.output
     if kv is not None:  # a request must fit the KV cache (`Scheduler.add`)
         L = max((o for o in range(1, L + 1) if blocks_for(1 + o, cfg.block_size) <= kv), default=0)

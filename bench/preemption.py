@@ -76,7 +76,7 @@ from lora_sched.bench.simulate import apply_model, build_timeline, result_block
 from lora_sched.policy.core import Scheduler
 from lora_sched.policy.costmodel import DEFAULT
 from lora_sched.policy.driver import RunResult, Workload, run
-from lora_sched.policy.fair import FairGate
+from lora_sched.policy.fair import FairGate, starvation_window
 from lora_sched.spec.request import Request
 from lora_sched.spec.state import StepRecord
 
@@ -122,7 +122,7 @@ class PreemptingScheduler(Scheduler):
 
         victim = min(by, key=lambda a: (cost(a), a))
         left = max(st.reqs[r].req.max_tokens - st.reqs[r].generated for r in by[victim])
-        if left <= self.config.starvation_steps or any(st.reqs[r].in_flight for r in by[victim]):
+        if left <= starvation_window(self.config) or any(st.reqs[r].in_flight for r in by[victim]):
             return []
         if self.budget is not None:
             if cost(victim) > self._bucket:

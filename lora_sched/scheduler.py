@@ -59,8 +59,10 @@ process has `LORA_SCHED_TRACE=PATH` in its environment
 (`lora_sched.recorder`), and is otherwise inert, so live conformance and
 the live benchmark run exactly the classes users deploy.
 
-`starvation_steps` (S of `policy.fair`, the drainer's wait threshold, the
-time slice's length, in steps; default 16) comes from vLLM's
+`starvation_steps` (S of `policy.fair`, in prefill cadences: S steps, or
+S x `--prefill-schedule-interval` steps under a prefill throttle; the
+drainer's wait threshold and the time slice's length, in steps; default 16)
+comes from vLLM's
 `--additional-config '{"lora_sched": {"starvation_steps": N}}'`; any other
 key, or a value that is not an integer >= 0, stops the engine with an error
 naming it.

@@ -1,6 +1,10 @@
 """`fair`: vLLM's skip rule with a crash-proof cap and a starvation guard (this project's policy).
 
-The rule, with S = `starvation_steps` its one knob:
+The rule, with S its one knob: `starvation_steps` prefill cadences, that
+is `starvation_steps` steps, or `starvation_steps` * k steps where vLLM's
+DP prefill throttle lets waiting requests in on one step in k (k =
+`prefill_schedule_interval`; `starvation_window`). Every S below, B's
+included, is that many steps.
 
 *Cap.* The LoRA cap (`spec.cap.cap_blocks`) counts the adapters of every
 request in `running`, scheduled this step or not, plus those admitted so
@@ -69,8 +73,15 @@ and never causes a hold, a slot holder switched in for r* is not a victim
 for S steps, and a victim keeps its slot at most S steps past the soonest
 freeing (S = 0: the oldest waiting request is always first, which makes
 the scan FCFS among requests the cap would block, and the victims drain
-exactly).
-The rule's history (v1-v10: what each added or dropped, and why) is in
+exactly). S is counted in prefill cadences because what it meters is
+admissions: where a throttle of k lets waiting requests in on one step in
+k, S steps would put a request first after S / k chances to be admitted
+and make a slot holder switched in for r* a victim again after S / k
+admitting scans, so slots would switch k times as often per admission as
+without the throttle (v11 counted S in steps; fresh hill climbs in the
+throttle space found it below issue 20's adversarial goal on 19 of 80,
+down to 0.593 of vllm's throughput).
+The rule's history (v1-v11: what each added or dropped, and why) is in
 `docs/fair-history.md`.
 
 Bound. Let P be the largest prompt, L the largest `max_tokens`,
@@ -404,6 +415,14 @@ class FairGuard:
         self.victims, self.deadline = set(), {}
 
 
+def starvation_window(config: Config) -> int:
+    """S of the module docstring, in steps: `starvation_steps` prefill
+    cadences, `starvation_steps` * k (k = `prefill_schedule_interval`, 1
+    without a DP throttle). The guard's threshold, gap and deadline slack
+    and every S of B are this many steps."""
+    return config.starvation_steps * config.prefill_schedule_interval
+
+
 def drain_steps(config: Config, *, max_prompt: int, max_output: int, queue: int | None = None) -> int:
     """D of the module docstring: the most steps a request stays in `running`
     (N is `seats`: `max_num_seqs`, or Q or `kv_blocks` where fewer)."""
@@ -486,7 +505,7 @@ def guard_steps(config: Config, drain: int, non_decode: int, queue: int | None =
     else within D + 2."""
     if cap_can_block(config, queue):
         fits = star_fits_steps(config, drain, queue, max_prompt=max_prompt, max_output=max_output)
-        return star_victim_steps(drain, non_decode, config.starvation_steps) + fits + 1
+        return star_victim_steps(drain, non_decode, starvation_window(config)) + fits + 1
     return quiet_guard_steps(drain)  # every guard is quiet (`star_alone`)
 
 
@@ -510,7 +529,7 @@ def quiet_guard_steps(drain: int) -> int:
 
 def gap_steps(config: Config) -> int:
     """The gap after a guard (`guards_apart`): no new r* for S steps."""
-    return config.starvation_steps
+    return starvation_window(config)
 
 
 def unscanned_steps(config: Config, queue: int | None = None) -> int:
@@ -530,7 +549,7 @@ def fair_bound(config: Config, *, queue: int, max_prompt: int, max_output: int, 
     # Where the cap can block r*, every wait's guards and gaps come to one S less (the docstring's
     # "one S less": r's first S inside the first guard, a guard fewer, or a quiet first guard,
     # D + 2 <= G - S steps).
-    return b - config.starvation_steps if qw > 0 and cap_can_block(config, queue) else b
+    return b - starvation_window(config) if qw > 0 and cap_can_block(config, queue) else b
 
 
 def workload_bound(config: Config, requests: Iterable[Request], *, queue: int | None = None,
@@ -587,7 +606,7 @@ class FairGate(GateBase):
     def _guard(self, state: State) -> FairGuard:
         if self.guard is None:
             cfg = state.config
-            self.guard = self.guard_class(cfg.starvation_steps, cfg.max_loras, cfg.queue == "priority")
+            self.guard = self.guard_class(starvation_window(cfg), cfg.max_loras, cfg.queue == "priority")
         return self.guard
 
     def enqueued(self, state: State, rid: str) -> None:
@@ -681,7 +700,7 @@ class FairHolds:
     """
 
     def __init__(self, config: Config) -> None:
-        self.guard = FairGuard(config.starvation_steps, config.max_loras, config.queue == "priority")
+        self.guard = FairGuard(starvation_window(config), config.max_loras, config.queue == "priority")
         self._order: list[str] = []
         self._base: set[int] = set()
         self._scanned = False

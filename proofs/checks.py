@@ -22,10 +22,11 @@ def fair_B(b: enc.Bounds, queue: int | None = None) -> int:
     whether the cap can block both grow with N), so this is the largest
     budget and max_loras with the smallest `max_num_seqs`: it is at most the
     B of every configuration in the range, and checking against it is the
-    stricter test."""
+    stricter test. The DP throttle's k is `b.prefill_interval` (S in B is
+    S x k steps, `policy.fair.starvation_window`)."""
     cfg = Config(max_loras=b.max_loras[1], max_num_seqs=b.max_num_seqs[0],
                  max_num_batched_tokens=b.max_num_batched_tokens[1], starvation_steps=b.starvation_steps[1],
-                 policy="fair")
+                 prefill_schedule_interval=b.prefill_interval, policy="fair")
     return fair_bound(cfg, queue=b.requests if queue is None else queue, max_prompt=b.max_prompt,
                       max_output=b.max_output)
 

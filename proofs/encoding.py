@@ -163,11 +163,17 @@ class Params:
     M: z3.ArithRef  # max_loras
     N: z3.ArithRef  # max_num_seqs
     T: z3.ArithRef  # max_num_batched_tokens
-    S: z3.ArithRef  # starvation_steps
+    S: z3.ArithRef  # starvation_steps (the guard counts `window` steps)
     prio: list[z3.ArithRef] = field(default_factory=list)  # per-request priority (0 under FCFS)
     K: z3.ArithRef = field(default_factory=lambda: z3.IntVal(0))  # kv_blocks (general mode with KV)
     is_a: list[list[z3.BoolRef]] = field(default_factory=list)  # is_a[i][a-1]
     m_eq: dict[int, z3.BoolRef] = field(default_factory=dict)
+
+    @property
+    def window(self) -> z3.ArithRef:
+        """`policy.fair.starvation_window`: S prefill cadences, S * k steps
+        (k = `Bounds.prefill_interval`)."""
+        return self.S * self.b.prefill_interval
 
     def constraints(self) -> list[z3.BoolRef]:
         b = self.b
@@ -438,7 +444,8 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     `step >= cool_until` (S after the last r* was admitted: guards are S
     apart), it is the oldest waiting request (any
     adapter, base included) that waited `step - waiting_since >= S` (state
-    `arrival` holds waiting_since); oldest by (priority under the priority queue,
+    `arrival` holds waiting_since; S here and below is `Params.window`, S
+    prefill cadences); oldest by (priority under the priority queue,
     waiting_since, seq) (in the fast path, without preemption or
     priorities, that is the first such slot).
     visit_star: the scan reaches r* when budget and seats remain; if the LoRA
@@ -468,7 +475,7 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     gap_over = t >= m.CU  # guards are S apart: no new r* before `cool_until`
     if mutant == "gap_forever":  # after the first guard, no r* is ever chosen again
         gap_over = m.CU == 0
-    cand = [z3.And(m.W[i], t - m.arrival[i] >= p.S, gap_over) for i in rng]
+    cand = [z3.And(m.W[i], t - m.arrival[i] >= p.window, gap_over) for i in rng]
     if mutant == "star_lora_only":  # fair's first design: a base-model request is never r*
         cand = [z3.And(c, p.adapter[i] > 0) for i, c in enumerate(cand)]
     if b.priority and mutant != "star_kept_over_urgent":  # a more urgent starving request replaces r*
@@ -510,7 +517,7 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     fewest: z3.ArithRef = z3.IntVal(NO_SLOT)
     for a in range(A):
         fewest = z3.If(z3.And(C0[a], slot_left[a] < fewest), slot_left[a], fewest)
-    dl = t + fewest + p.S
+    dl = t + fewest + p.window
     V2 = [z3.If(add, z3.And(C0[a], t + slot_left[a] <= dl), V1[a]) for a in range(A)]
     DL2 = [z3.If(add, z3.If(V2[a], dl, 0), DL1[a]) for a in range(A)]
     dl_of = [z3.Sum([z3.If(p.is_a[i][a], DL2[a], 0) for a in range(A)]) for i in rng]  # deadline of i's adapter
@@ -914,7 +921,7 @@ def schedule(p: Params, policy: str, m: Mid, skip: list[z3.BoolRef], tag: str,
             cs.append(s2.V[a] == z3.If(frozen, m.V[a], z3.And(V3[a], z3.Not(ok0))))
             cs.append(s2.DL[a] == z3.If(frozen, m.DL[a], z3.If(z3.And(V3[a], z3.Not(ok0)), g.deadline[a], 0)))
         cs.append(s2.ZT == z3.If(frozen, m.ZT, z3.If(z3.And(g.has_star, z3.Not(ok0)), g.chosen_at, 0)))
-        cs.append(s2.CU == z3.If(frozen, m.CU, z3.If(z3.And(g.has_star, ok0), t + p.S, m.CU)))
+        cs.append(s2.CU == z3.If(frozen, m.CU, z3.If(z3.And(g.has_star, ok0), t + p.window, m.CU)))
     else:
         cs.append(s2.ZT == m.ZT)
         cs.append(s2.CU == m.CU)

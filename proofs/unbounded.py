@@ -145,6 +145,7 @@ from lora_sched.policy import make_gate
 from lora_sched.policy.check import check_trace
 from lora_sched.policy.core import Scheduler
 from lora_sched.policy.driver import Workload, run
+from lora_sched.policy.fair import starvation_window
 from lora_sched.proofs import engine
 from lora_sched.spec import releases
 from lora_sched.spec.config import Config
@@ -1586,7 +1587,8 @@ def _pins(sy: System, reqs: list, ads: list, wl: list, before: dict, after: dict
     g, st, s0, s1 = sy.g, sy.step, sy.s0, sy.s1
     c = cfg
     cs: list[z3.BoolRef] = [g.M == c.max_loras, g.N == c.max_num_seqs,  # type: ignore[attr-defined]
-                            g.T == c.max_num_batched_tokens, g.S == c.starvation_steps,  # type: ignore
+                            g.T == c.max_num_batched_tokens,  # type: ignore
+                            g.S == (starvation_window(c) if c.policy == "fair" else c.starvation_steps),  # type: ignore
                             s0.step == step - 1, st.t == step, s1.step == step]
     scheduled = dict(rec.scheduled)  # type: ignore[attr-defined]
     admitted = set(rec.admitted)  # type: ignore[attr-defined]

@@ -66,6 +66,19 @@ class NoGapGate(FairGate):
     guard_class = NoGapGuard
 
 
+class StepsWindowGate(FairGate):
+    """S counted in steps, not prefill cadences (fair v11): under a DP
+    throttle of k the guard's threshold, gap and deadline slack are S steps,
+    a k-th of what the rule allows, so r* is chosen again S steps after the
+    last one got in."""
+
+    def _guard(self, state) -> FairGuard:
+        if self.guard is None:
+            cfg = state.config
+            self.guard = self.guard_class(cfg.starvation_steps, cfg.max_loras, cfg.queue == "priority")
+        return self.guard
+
+
 class LateChoiceGuard(FairGuard):
     """Mechanism 1 that lets every other scan pass without choosing r*, so a
     request that has waited S steps may wait past the gap with no guard."""

@@ -379,6 +379,16 @@ def test_smt_step_equals_python_step(policy: str, mode: str) -> None:
     print(f"{policy}/{mode}: violated states compared per property: {seen}")
 
 
+def test_an_encoding_that_counts_s_in_steps_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The encoding's guard reads `Params.window` (S prefill cadences, S x k
+    steps); planted to read S itself (v11's count), the comparison with the
+    reference fails under the DP throttle, which is what pins the window
+    (`fair-wait-S1-throttle`'s worst wait is 4 either way)."""
+    monkeypatch.setattr(enc.Params, "window", property(lambda self: self.S))
+    with pytest.raises(AssertionError, match="fair step"):
+        compare("fair", "async_throttle", MODES["async_throttle"], STEPS_PER_CASE * 2)
+
+
 @pytest.mark.parametrize("mode", GENERAL)
 @pytest.mark.parametrize("policy", enc.POLICIES)
 def test_smt_step_equals_python_step_kv_priority(policy: str, mode: str) -> None:

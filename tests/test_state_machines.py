@@ -50,6 +50,7 @@ from lora_sched.policy.fair import (
     quiet_guard_steps,
     star_fits_steps,
     star_victim_steps,
+    starvation_window,
     unscanned_steps,
     victim_steps,
     workload_bound,
@@ -273,12 +274,12 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
         return f"star_chosen: {victim_since['unscanned']} steps in a row up to {step} scan no waiting request > p = {p}"
     cool0, victim_since["cool"] = victim_since.get("cool", 0), g.cool_until
     if (star0 is None and g.star is None and not rec.preempted and step >= cool0 == g.cool_until
-            and any(step - st_.reqs[r].waiting_since >= sched.config.starvation_steps
+            and any(step - st_.reqs[r].waiting_since >= starvation_window(sched.config)
                     and not st_.reqs[r].preemptions for r in st_.waiting)):
         return f"star_chosen: step {step} scanned the waiting queue past the gap and chose no r*"
     d = drain_steps(sched.config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     d0 = non_decode_steps(sched.config, max_prompt=max_prompt, max_output=max_output, queue=queue)
-    s = sched.config.starvation_steps
+    s = starvation_window(sched.config)
     g_steps = guard_steps(sched.config, d, d0, queue, max_prompt=max_prompt, max_output=max_output)
     g1_steps, g1_star = victim_steps(d, s), star_victim_steps(d, d0, s)
     if star0 is not None and star0 in rec.admitted and rec.admitted[0] != star0:
@@ -514,7 +515,8 @@ def _first_broken_lemma(cfg: Config, reqs: list[Request], gate) -> str | None:
     raise AssertionError(f"fair's run did not finish within {t} steps")
 
 
-@pytest.mark.parametrize("planted", ["drain", "keep_late", "not_first", "no_gap", "late_choice", "newest"])
+@pytest.mark.parametrize("planted", ["drain", "keep_late", "not_first", "no_gap", "late_choice", "newest",
+                                     "steps_window"])
 def test_lemma_monitors_catch_planted_bugs(planted):
     """Each monitor can fail, and the real rule keeps it on the same input:
     fair whose drain admissions ignore the deadline breaks `victim_drains` on
@@ -527,7 +529,10 @@ def test_lemma_monitors_catch_planted_bugs(planted):
     every other scan breaks `star_chosen` there; fair that puts the newest
     starving request first, not the oldest, breaks `guards_ahead` on
     `adv-fair-bound` (a request that arrived after another becomes r* while
-    it waits)."""
+    it waits); fair that counts S in steps, not prefill cadences (v11),
+    breaks `guards_apart` on the throttle-space family it ran at 0.65 of
+    vllm's throughput (a cadence of 4: the next r* is chosen 16 steps after
+    the last got in, where 16 cadences are 64 steps)."""
     from lora_sched.bench.families import FAMILY_DIR, load
     from planted import (
         KeepLateVictimGate,
@@ -535,6 +540,7 @@ def test_lemma_monitors_catch_planted_bugs(planted):
         NewestStarvingGate,
         NoGapGate,
         NotFirstGate,
+        StepsWindowGate,
         UnboundedDrainGate,
     )
 
@@ -542,6 +548,9 @@ def test_lemma_monitors_catch_planted_bugs(planted):
         cfg, wl = starvation_stream(200)
         bug = UnboundedDrainGate() if planted == "drain" else KeepLateVictimGate()
         cfg, reqs, want = replace(cfg, policy="fair"), wl.requests, "victim_drains"
+    elif planted == "steps_window":
+        _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fairv10-throttle-throughput.json")
+        cfg, bug, want = replace(cfg, policy="fair"), StepsWindowGate(), "guards_apart"
     elif planted == "newest":
         _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fair-bound.json")
         cfg, bug, want = replace(cfg, policy="fair"), NewestStarvingGate(), "guards_ahead"
@@ -687,20 +696,23 @@ def test_quiet_guard_monitor_fires_when_its_allowance_is_planted_too_small(monke
     assert broken is not None and broken.startswith("quiet_guard"), broken
 
 
-@pytest.mark.parametrize("family", ["adv-fairv4-throughput", "adv-fairv7-throttle-wait"])
+@pytest.mark.parametrize(("family", "knob"), [("adv-fairv4-throughput", None), ("adv-fairv7-throttle-wait", 5)])
 def test_star_fits_monitor_fires_when_capacity_is_planted_to_admit_at_once(
-        family: str, monkeypatch: pytest.MonkeyPatch):
+        family: str, knob: int | None, monkeypatch: pytest.MonkeyPatch):
     """`star_fits` is not vacuous: on these two families (KV unlimited,
     chunked prefill, synchronous) an r* that starts a step with a seat and a
     slot free is in only on the 4th step from it (a 7-token budget spent by
     the running requests) or the 3rd (a 9-token budget and 0.33's prefill
     cadence of 3), within E = 55 and 150. Planted with E = 1, as if capacity
     admitted r* at once wherever KV is unlimited, the monitor fires on
-    fair's real rule, which keeps the real E."""
+    fair's real rule, which keeps the real E. The throttled family runs at
+    S = 5 cadences (15 steps; it was found at S = 16 when S counted steps:
+    at 16 cadences, 48 steps, every r* that meets a free seat and slot is
+    in at once)."""
     from lora_sched.bench.families import FAMILY_DIR, load
 
     _, cfg, reqs, _ = load(FAMILY_DIR / f"{family}.json")
-    cfg = replace(cfg, policy="fair")
+    cfg = replace(cfg, policy="fair", starvation_steps=cfg.starvation_steps if knob is None else knob)
     assert cfg.kv_blocks is None and cfg.chunked_prefill and not cfg.async_scheduling
     assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
     monkeypatch.setattr(sys.modules[__name__], "star_fits_steps", lambda *a, **k: 1)
@@ -746,9 +758,11 @@ def test_star_fits_is_reached_exactly(case: str, monkeypatch: pytest.MonkeyPatch
 
 # Found by an adversary's search against the fifth restatement of B (2026-12-04):
 # a 48-token prompt under a 15-token budget and vLLM 0.33's prefill cadence of 4
-# (arrivals one step later than found, as `_first_broken_lemma` starts at step 1).
+# (arrivals one step later than found, as `_first_broken_lemma` starts at step 1;
+# found at S = 11, set to 0 since S counts prefill cadences: 11 of them are 44
+# steps here, and no r* would be chosen before it is in).
 THROTTLED_CHUNKS_CASE = (Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=15, kv_blocks=16, block_size=16,
-                                starvation_steps=11, prefill_schedule_interval=4, vllm="0.33", policy="fair"),
+                                starvation_steps=0, prefill_schedule_interval=4, vllm="0.33", policy="fair"),
                          [Request("r15", 2, 19, 8, 1), Request("r16", 0, 39, 16, 6), Request("r46", 1, 48, 16, 2),
                           Request("r63", 4, 5, 5, 2)])
 
@@ -759,8 +773,9 @@ def test_d0_counts_the_throttle_before_every_budget_starved_step(monkeypatch: py
     T) + chunks). Here r46's 48-token prompt is admitted with 5 tokens and
     then gets 14 a step, each after three throttled steps, so it stays 32
     steps in `running`; D0 as it was (floor(N W / T) + k chunks = 12, D =
-    27) let `quiet_guard` fire (r63 chosen at 13 and admitted at 44, with
-    nobody admitted in between). With D0 = 36 every lemma holds."""
+    27) let `quiet_guard` fire (r63 chosen at 12 and still waiting after
+    step 41, with nobody admitted in between). With D0 = 36 every lemma
+    holds."""
     import lora_sched.policy.fair as fair
 
     cfg, reqs = THROTTLED_CHUNKS_CASE
@@ -776,7 +791,7 @@ def test_d0_counts_the_throttle_before_every_budget_starved_step(monkeypatch: py
                         lambda config, *, max_prompt, max_output, queue=None:
                         old_d0(config, max_prompt=max_prompt, max_output=max_output, queue=queue) + max_output - 1)
     broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
-    assert broken is not None and broken.startswith("quiet_guard: r* r63 chosen at 13"), broken
+    assert broken is not None and broken.startswith("quiet_guard: r* r63 chosen at 12"), broken
 
 
 # One LoRA slot, one KV block, four seats: three requests of three adapters

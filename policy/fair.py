@@ -606,8 +606,12 @@ class FairGate(GateBase):
     def _guard(self, state: State) -> FairGuard:
         if self.guard is None:
             cfg = state.config
-            self.guard = self.guard_class(starvation_window(cfg), cfg.max_loras, cfg.queue == "priority")
+            self.guard = self.guard_class(self.window(cfg), cfg.max_loras, cfg.queue == "priority")
         return self.guard
+
+    def window(self, config: Config) -> int:
+        """The guard's S in steps (`starvation_window`; planted bugs count it otherwise)."""
+        return starvation_window(config)
 
     def enqueued(self, state: State, rid: str) -> None:
         rs = state.reqs[rid]

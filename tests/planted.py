@@ -72,11 +72,8 @@ class StepsWindowGate(FairGate):
     a k-th of what the rule allows, so r* is chosen again S steps after the
     last one got in."""
 
-    def _guard(self, state) -> FairGuard:
-        if self.guard is None:
-            cfg = state.config
-            self.guard = self.guard_class(cfg.starvation_steps, cfg.max_loras, cfg.queue == "priority")
-        return self.guard
+    def window(self, config) -> int:
+        return config.starvation_steps
 
 
 class LateChoiceGuard(FairGuard):

@@ -145,7 +145,10 @@ Lemmas, each a monitor in `tests/test_state_machines.py`:
   once a seat and a slot are free (`capacity_admits_star`: KV unlimited,
   no DP throttle, and T covers the other N - 1 requests' largest chunks
   and r*'s first). E = k (floor((N - 1) W / T) + 1) where KV is unlimited,
-  prefill is chunked and scheduling synchronous: r* needs a seat, a slot
+  prefill is chunked and scheduling synchronous or unthrottled (k = 1;
+  async without a throttle since the seventh restatement: with nothing
+  preempted r* has no output in flight, so only the budget stops it
+  there): r* needs a seat, a slot
   and one token of budget, so a step that does not admit it is either
   deferred by the DP throttle or budget-starved, its whole budget T spent
   by the at most N - 1 running requests, which need at most (N - 1) W
@@ -153,7 +156,8 @@ Lemmas, each a monitor in `tests/test_state_machines.py`:
   steps are budget-starved, and the throttle defers at most k - 1 steps
   in a row before each step it does not defer (in a synchronous step that
   defers, something decodes and is scheduled, so 0.33's cadence
-  advances).
+  advances; an async step may schedule nothing and leave the cadence
+  where it was, so async scheduling under a throttle keeps E = D + 1).
 - `star_admitted_within_G` (G = G1* + E + 1 = D + D0 + S + E + 3 when
   max_loras < N): r* chosen at t0 is admitted by t0 + G. Until the cap
   blocks it, a capacity stop at r* admits nobody, so within D + 1 steps
@@ -219,7 +223,46 @@ priorities a stream of more urgent requests may delay a less urgent one
 without limit, which is what priorities ask for), and no running request is
 left unscheduled for a reason outside the model (pipeline parallelism,
 encoder budget). Synchronous or async scheduling, KV that can run out and DP
-throttling are covered. `bench --realistic` and the adversarial families
+throttling are covered.
+
+Where nobody can be skipped, a wait is bounded by the work ahead of it, not
+by guards. That is where the cap cannot block (max_loras >= N), KV is
+unlimited (nothing is preempted) and prefill is chunked (`queue_order_applies`).
+Let M = min(Qw - 1 + N, Q - 1), the most requests running or waiting ahead
+of r when r joins `waiting`. Lemmas, each a monitor too:
+
+- `queue_order`: every scan admits a prefix of the waiting queue. The cap
+  blocks nobody (a scan that reaches a request with a seat free has seen at
+  most N - 1 adapters running or admitted), fair holds only victims'
+  requests and there are none, no waiting request has an async output in
+  flight (only a preempted one can), and r* is the head: with nothing
+  preempted, a request's waiting since is its arrival, and the queue is in
+  arrival order. So while r waits only the M requests ahead of it run or
+  are admitted, each at most D steps in `running` (admissions append) and
+  needing at most W tokens.
+- `full_or_starved`: a step that leaves a request waiting ends its scan
+  with every seat taken, or spends the whole budget T, or is deferred by the
+  DP throttle (the scan stops at a prefill it defers). A prefix scan stops
+  at the first request it leaves, for seats, budget (chunked prefill stops
+  only at 0) or the throttle.
+- `deferrals`: while r waits, at most (k - 1)(1 + a) steps defer, a the
+  requests admitted in them. After a step that does not defer and leaves r
+  waiting, vLLM records that requests wait for capacity, not skips
+  (`prefill_capacity_bound`), and no later step defers while r waits;
+  before it, the throttle defers at most k - 1 steps in a row (each decodes,
+  so 0.33's cadence advances), restarted only by a prefill one of them
+  admits (a one-token prompt).
+
+So r's wait has at most M D / N steps with every seat taken (each holds N
+of the at most M D steps the requests ahead spend in `running`), at most
+M W / T that spend the budget, and at most (k - 1) Qw deferred ones (a <=
+Qw - 1):
+
+    B_queue = floor(M * D / N) + floor(M * W / T) + (k - 1) * Qw
+
+There B is the smaller of the two (`fair_bound`). It needs no S: nobody is
+put ahead of r, so the guard changes nothing (`vllm`'s scan admits the same
+prefixes there). `bench --realistic` and the adversarial families
 report the worst wait / B found, and beside it the wait of a witness within
 the same figures (`bench.bound`: how far any bound in them can come down).
 """
@@ -485,13 +528,15 @@ def star_fits_steps(config: Config, drain: int, queue: int | None = None, *, max
     starts with r* waiting, a seat free and a LoRA slot free, r* is admitted
     within E steps, that step included: 1 where capacity admits it at once
     (`capacity_admits_star`); k (floor((N - 1) W / T) + 1) where KV is
-    unlimited, prefill is chunked and scheduling synchronous (each step that
+    unlimited, prefill is chunked and scheduling synchronous or not
+    throttled (k = 1) (each step that
     does not admit it is budget-starved by the at most N - 1 running
     requests' at most (N - 1) W tokens, or deferred by the throttle, at most
     k - 1 in a row); else D + 1 (`running` only shrinks and empties)."""
     if capacity_admits_star(config, max_prompt=max_prompt, queue=queue):
         return 1
-    if config.kv_blocks is None and config.chunked_prefill and not config.async_scheduling:
+    if config.kv_blocks is None and config.chunked_prefill and (
+            not config.async_scheduling or config.prefill_schedule_interval == 1):
         starved = starved_steps(config, seats(config, queue) - 1, max_prompt + max_output - 1)
         return config.prefill_schedule_interval * (starved + 1)
     return drain + 1
@@ -538,9 +583,41 @@ def unscanned_steps(config: Config, queue: int | None = None) -> int:
     return seats(config, queue) - 1 if config.kv_blocks is not None else 0
 
 
+def queue_order_applies(config: Config, queue: int | None = None) -> bool:
+    """Does every scan admit a prefix of the waiting queue (`queue_order`)?
+    Where the cap cannot block (`cap_can_block` false), KV is unlimited and
+    prefill is chunked."""
+    return not cap_can_block(config, queue) and config.kv_blocks is None and config.chunked_prefill
+
+
+def queue_order_steps(config: Config, *, queue: int, waiting: int, max_prompt: int, max_output: int) -> int:
+    """B_queue of the module docstring, where `queue_order_applies`: with M =
+    min(Qw - 1 + N, Q - 1) requests ahead, floor(M D / N) steps with every
+    seat taken, floor(M W / T) that spend the budget, (k - 1) Qw deferred."""
+    n = seats(config, queue)
+    ahead = max(0, min(waiting - 1 + n, queue - 1))
+    drain = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
+    full = ahead * drain // n if ahead else 0  # Q = 0 (N = 0): nobody ever waited
+    return full + starved_steps(config, ahead, max_prompt + max_output - 1) + \
+        (config.prefill_schedule_interval - 1) * waiting
+
+
 def fair_bound(config: Config, *, queue: int, max_prompt: int, max_output: int, waiting: int | None = None) -> int:
     """B of the module docstring for a configuration and workload bounds
-    (`waiting` is Qw; without it, Q stands in for it, as Qw <= Q)."""
+    (`waiting` is Qw; without it, Q stands in for it, as Qw <= Q): the
+    guards' bound (`guard_bound`), or B_queue where it is smaller and
+    applies (`queue_order_applies`)."""
+    b = guard_bound(config, queue=queue, max_prompt=max_prompt, max_output=max_output, waiting=waiting)
+    if queue_order_applies(config, queue):
+        qw = queue if waiting is None else waiting
+        return min(b, queue_order_steps(config, queue=queue, waiting=qw, max_prompt=max_prompt,
+                                        max_output=max_output))
+    return b
+
+
+def guard_bound(config: Config, *, queue: int, max_prompt: int, max_output: int, waiting: int | None = None) -> int:
+    """The guards' B of the module docstring, Qw (G + S + p) (less S where the
+    cap can block r*), which holds wherever B's assumptions do."""
     d = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     d0 = non_decode_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     qw = queue if waiting is None else waiting

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from lora_sched.policy.fair import fair_bound
+from lora_sched.policy.fair import fair_bound, guard_bound
 from lora_sched.proofs import encoding as enc
 from lora_sched.proofs import engine, unbounded
 from lora_sched.proofs.cex import replay_lasso
@@ -12,23 +12,32 @@ from lora_sched.spec.config import Config
 
 
 def fair_B(b: enc.Bounds, queue: int | None = None) -> int:
-    """fair's bound B (`policy.fair.fair_bound`: Qw (D + D0 + E + 2S + 3 + p) - S,
-    E the steps r* can wait once a seat and a slot are free (`star_fits_steps`),
+    """fair's bound B for the checks of `b`, with Q and Qw both R by default
+    (at most R requests are ever present at once).
+
+    Where `b` pins one configuration (every range one value, no async
+    scheduling, KV unlimited: the `Config` built here is the one checked), B
+    is its `policy.fair.fair_bound`, B_queue included where every scan
+    admits a prefix of the queue. Over a range it is the guards' bound
+    (`policy.fair.guard_bound`: Qw (D + D0 + E + 2S + 3 + p) - S, E the
+    steps r* can wait once a seat and a slot are free (`star_fits_steps`),
     or Qw (D + S + 2 + p) where max_loras >= N and the cap cannot block r*;
-    p = N - 1 where KV can run out, else 0)
-    for the config values of `b` that make it smallest, with Q and Qw both
-    R by default (at most R requests are ever present at once). B shrinks
-    as the budget or max_loras grows and grows with `max_num_seqs` (D and
-    whether the cap can block both grow with N), so this is the largest
-    budget and max_loras with the smallest `max_num_seqs`: it is at most the
-    B of every configuration in the range, and checking against it is the
-    stricter test. The DP throttle's k is `b.prefill_interval` (S in B is
+    p = N - 1 where KV can run out, else 0) for the config values of `b`
+    that make it smallest. It shrinks as the budget or max_loras grows and
+    grows with `max_num_seqs` (D and whether the cap can block both grow
+    with N), so this is the largest budget and max_loras with the smallest
+    `max_num_seqs`: it is at most the guards' bound of every configuration
+    in the range, and checking against it is the stricter test. B_queue has
+    no such corner (it falls as N grows), so a range is checked against the
+    guards' bound. The DP throttle's k is `b.prefill_interval` (S in B is
     S x k steps, `policy.fair.starvation_window`)."""
     cfg = Config(max_loras=b.max_loras[1], max_num_seqs=b.max_num_seqs[0],
                  max_num_batched_tokens=b.max_num_batched_tokens[1], starvation_steps=b.starvation_steps[1],
                  prefill_schedule_interval=b.prefill_interval, policy="fair")
-    return fair_bound(cfg, queue=b.requests if queue is None else queue, max_prompt=b.max_prompt,
-                      max_output=b.max_output)
+    one = all(lo == hi for lo, hi in (b.max_loras, b.max_num_seqs, b.max_num_batched_tokens, b.starvation_steps))
+    bound = fair_bound if one and not b.async_scheduling and b.kv_blocks is None else guard_bound
+    return bound(cfg, queue=b.requests if queue is None else queue, max_prompt=b.max_prompt,
+                 max_output=b.max_output)
 
 
 # bounded_wait configuration: concrete config, symbolic requests (adapter,

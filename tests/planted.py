@@ -8,6 +8,7 @@ exercises fails on it.
 from __future__ import annotations
 
 from lora_sched.policy.fair import FairGate, FairGuard, Waiting
+from lora_sched.policy.gate import Decision
 
 
 class LoraOnlyStarGuard(FairGuard):
@@ -131,3 +132,39 @@ class KeptOverUrgentGuard(FairGuard):
 
 class KeptOverUrgentGate(FairGate):
     guard_class = KeptOverUrgentGuard
+
+
+class SkipFirstGate(FairGate):
+    """A scan that skips the first request it visits (unless it is r* or
+    alone in the queue), as a skip for a reason outside the LoRA cap would:
+    requests behind it are admitted first, so the scan no longer admits a
+    prefix of the queue where the cap cannot block (`queue_order`)."""
+
+    def scan_order(self, ctx, queue: list[str]) -> list[str]:
+        order = super().scan_order(ctx, queue)
+        self._first = order[0] if len(order) > 1 and (self.guard is None or order[0] != self.guard.star) else None
+        return order
+
+    def decide(self, ctx, rid: str):
+        if rid == self._first:
+            return Decision.SKIP, "planted"
+        return super().decide(ctx, rid)
+
+
+class OneAdmissionGate(FairGate):
+    """A scan that stops after its first admission, with seats and budget
+    left: a step leaves a request waiting that nothing stops
+    (`full_or_starved`)."""
+
+    def scan_order(self, ctx, queue: list[str]) -> list[str]:
+        self._admitted = False
+        return super().scan_order(ctx, queue)
+
+    def decide(self, ctx, rid: str):
+        if self._admitted:
+            return Decision.STOP, "planted"
+        return super().decide(ctx, rid)
+
+    def admitted(self, ctx, rid: str) -> None:
+        self._admitted = True
+        super().admitted(ctx, rid)

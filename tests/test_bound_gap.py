@@ -299,10 +299,12 @@ def test_the_saved_witnesses_give_the_pinned_verdicts() -> None:
     counts = {v: sum(r["verdict"] == v for r in doc["rows"]) for v in ("within", "unreachable", "open", "broken")}
     # The 12 held-out searches against v12 added 3 within, 5 unreachable and
     # 4 open (async-wait, kv-throughput, throttle-bound, throttle-wait); the
-    # 94 families before them keep 25 within, 69 unreachable, 0 open.
-    pinned = {"within": 28, "unreachable": 74, "open": 4, "broken": 0}
-    assert counts == {"open": 4, "broken": 0} | doc["counts"] == pinned
-    assert all(r["family"].startswith("adv-fairv12-") for r in doc["rows"] if r["verdict"] == "open")
+    # 94 families before them keep 25 within, 69 unreachable, 0 open. B_queue
+    # (the seventh restatement) brings throttle-bound and throttle-wait within.
+    pinned = {"within": 30, "unreachable": 74, "open": 2, "broken": 0}
+    assert counts == {"open": 2, "broken": 0} | doc["counts"] == pinned
+    assert sorted(r["family"] for r in doc["rows"] if r["verdict"] == "open") == [
+        "adv-fairv12-async-wait", "adv-fairv12-kv-throughput"]
 
 
 def test_a_tampered_witness_or_pin_is_caught() -> None:

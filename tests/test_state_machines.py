@@ -47,6 +47,8 @@ from lora_sched.policy.fair import (
     fair_bound,
     guard_steps,
     non_decode_steps,
+    observed_bound,
+    queue_order_applies,
     quiet_guard_steps,
     star_fits_steps,
     star_victim_steps,
@@ -227,6 +229,55 @@ class VllmMachine(PolicyMachine):
 def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_prompt: int, max_output: int,
                     queue: int, victim_since: dict) -> str | None:
     """The lemmas of `policy.fair`'s bound, checked after step `step` (`rec`)
+    of a fair run (`guard_lemma_violation`), then, where every scan admits a
+    prefix of the queue (`queue_order_applies`), those of B_queue
+    (`queue_lemma_violation`). None, or the broken lemma."""
+    broken = guard_lemma_violation(sched, rec, step, star0, max_prompt=max_prompt, max_output=max_output,
+                                   queue=queue, victim_since=victim_since)
+    if broken is None and queue_order_applies(sched.config, queue):
+        broken = queue_lemma_violation(sched, rec, step, victim_since.setdefault("deferred", {}))
+    return broken
+
+
+def queue_lemma_violation(sched: Scheduler, rec, step: int, deferred: dict) -> str | None:
+    """The lemmas of B_queue (`policy.fair`), checked after step `step`:
+
+    - `queue_order`: the step admits a prefix of the waiting queue as it
+      stood when the step started;
+    - `full_or_starved`: a step that leaves a request waiting ends its scan
+      with every seat taken (`max_num_seqs` running or admitted), or spends
+      the whole budget T, or stops at a prefill the DP throttle defers;
+    - `deferrals`: while a request waits for its first admission, at most
+      (k - 1)(1 + a) steps stop at a deferred prefill, a the requests
+      admitted in them (`deferred`: request -> [such steps, a])."""
+    cfg, st_ = sched.config, sched.state
+    admitted, waiting = rec.admitted, rec.waiting
+    if set(admitted) != set(waiting[:len(admitted)]):
+        return f"queue_order: step {step} admits {admitted}, not a prefix of the waiting queue {waiting}"
+    left = [r for r in waiting if r not in admitted]
+    throttled = "throttle" in rec.holds.values()
+    if left and not (len(rec.running) + len(admitted) >= cfg.max_num_seqs or throttled
+                     or sum(rec.scheduled.values()) >= cfg.max_num_batched_tokens):
+        return (f"full_or_starved: step {step} leaves {left[0]} waiting with a seat free, "
+                f"{cfg.max_num_batched_tokens - sum(rec.scheduled.values())} tokens of budget left and no deferral")
+    allowed = cfg.prefill_schedule_interval - 1
+    for rid in list(deferred):
+        if st_.reqs[rid].first_admitted is not None:
+            del deferred[rid]
+    for rid in left:
+        if throttled and st_.reqs[rid].first_admitted is None:
+            count = deferred.setdefault(rid, [0, 0])
+            count[0] += 1
+            count[1] += len(admitted)
+            if count[0] > allowed * (1 + count[1]):
+                return (f"deferrals: {rid} waited through {count[0]} deferred steps up to {step}, with {count[1]} "
+                        f"admitted in them > (k - 1)(1 + a) = {allowed * (1 + count[1])}")
+    return None
+
+
+def guard_lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_prompt: int,
+                          max_output: int, queue: int, victim_since: dict) -> str | None:
+    """The lemmas of `policy.fair`'s guard bound, checked after step `step` (`rec`)
     of a fair run; `star0` is r* before the step; `victim_since` remembers
     when each (r*, the step it was chosen, victim) was first seen (a request
     admitted as r*, preempted and chosen again is a new r*), and (key "star_admitted")
@@ -516,7 +567,7 @@ def _first_broken_lemma(cfg: Config, reqs: list[Request], gate) -> str | None:
 
 
 @pytest.mark.parametrize("planted", ["drain", "keep_late", "not_first", "no_gap", "late_choice", "newest",
-                                     "steps_window"])
+                                     "steps_window", "skip_first", "one_admission"])
 def test_lemma_monitors_catch_planted_bugs(planted):
     """Each monitor can fail, and the real rule keeps it on the same input:
     fair whose drain admissions ignore the deadline breaks `victim_drains` on
@@ -532,7 +583,11 @@ def test_lemma_monitors_catch_planted_bugs(planted):
     it waits); fair that counts S in steps, not prefill cadences (v11),
     breaks `guards_apart` on the throttle-space family it ran at 0.65 of
     vllm's throughput (a cadence of 4: the next r* is chosen 16 steps after
-    the last got in, where 16 cadences are 64 steps)."""
+    the last got in, where 16 cadences are 64 steps); a scan that skips
+    the first request it visits breaks `queue_order`, and one that stops
+    after its first admission breaks `full_or_starved`, on the throttle-space
+    family whose worst wait B_queue brought within 4x (max_loras 4, two
+    seats: every scan of the real rule admits a prefix)."""
     from lora_sched.bench.families import FAMILY_DIR, load
     from planted import (
         KeepLateVictimGate,
@@ -540,6 +595,8 @@ def test_lemma_monitors_catch_planted_bugs(planted):
         NewestStarvingGate,
         NoGapGate,
         NotFirstGate,
+        OneAdmissionGate,
+        SkipFirstGate,
         StepsWindowGate,
         UnboundedDrainGate,
     )
@@ -551,6 +608,11 @@ def test_lemma_monitors_catch_planted_bugs(planted):
     elif planted == "steps_window":
         _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fairv10-throttle-throughput.json")
         cfg, bug, want = replace(cfg, policy="fair"), StepsWindowGate(), "guards_apart"
+    elif planted in ("skip_first", "one_admission"):
+        _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fairv12-throttle-wait.json")
+        bug, want = (SkipFirstGate(), "queue_order") if planted == "skip_first" else \
+            (OneAdmissionGate(), "full_or_starved")
+        cfg = replace(cfg, policy="fair")
     elif planted == "newest":
         _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fair-bound.json")
         cfg, bug, want = replace(cfg, policy="fair"), NewestStarvingGate(), "guards_ahead"
@@ -720,6 +782,36 @@ def test_star_fits_monitor_fires_when_capacity_is_planted_to_admit_at_once(
     assert broken is not None and broken.startswith("star_fits"), broken
 
 
+# A random async run (seed 22 of the search against E's async extension,
+# 2026-12-05): a one-token budget, one LoRA slot, three seats, vLLM 0.32.
+ASYNC_STAR_FITS = (
+    Config(max_loras=1, max_num_seqs=3, max_num_batched_tokens=1, long_prefill_token_threshold=3,
+           async_scheduling=True, starvation_steps=4, vllm="0.32", policy="fair"),
+    [Request("r0", 0, 12, 11, 12), Request("r1", 0, 4, 5, 2), Request("r2", 2, 10, 3, 18),
+     Request("r3", 5, 12, 7, 2), Request("r4", 4, 1, 10, 9), Request("r5", 2, 7, 4, 6), Request("r6", 0, 10, 9, 19),
+     Request("r7", 0, 12, 6, 20), Request("r8", 2, 5, 3, 13), Request("r9", 2, 11, 9, 5), Request("r10", 2, 5, 11, 6),
+     Request("r11", 3, 1, 6, 18), Request("r12", 0, 7, 5, 17)])
+
+
+def test_star_fits_holds_under_async_scheduling_without_a_throttle(monkeypatch: pytest.MonkeyPatch):
+    """E = floor((N - 1) W / T) + 1 under async scheduling with k = 1 (the
+    seventh restatement; D + 1 before): with nothing preempted r* has no
+    output in flight, so only the budget stops it. On this run (a one-token
+    budget) E is 45, where D + 1 is 87; every lemma holds, and an r* waits
+    22 steps with a seat and a slot free, so an E planted at 21 fires
+    `star_fits`."""
+    cfg, reqs = ASYNC_STAR_FITS
+    q, p, o = len(reqs), max(r.prompt_tokens for r in reqs), max(r.max_tokens for r in reqs)
+    d = drain_steps(cfg, max_prompt=p, max_output=o, queue=q)
+    assert cap_can_block(cfg, q) and (star_fits_steps(cfg, d, q, max_prompt=p, max_output=o), d + 1) == (45, 87)
+    assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
+    monkeypatch.setattr(sys.modules[__name__], "star_fits_steps", lambda *a, **k: 22)
+    assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
+    monkeypatch.setattr(sys.modules[__name__], "star_fits_steps", lambda *a, **k: 21)
+    broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
+    assert broken is not None and broken.startswith("star_fits"), broken
+
+
 # Found by an adversary's search against the sixth restatement of B (2026-12-04):
 # runs where r* gets in on exactly the E-th step after a seat and a slot free,
 # one with no throttle (E = floor((N - 1) W / T) + 1 = 8) and one under 0.33's
@@ -840,3 +932,60 @@ def test_star_alone_monitor_fires_where_the_cap_blocks_r_star_and_others_flow(mo
     monkeypatch.setattr(sys.modules[__name__], "cap_can_block", lambda config, queue=None: False)
     broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
     assert broken is not None and broken.startswith("star_alone"), broken
+
+
+def test_deferrals_monitor_fires_when_the_throttle_ignores_requests_waiting_for_capacity(
+        monkeypatch: pytest.MonkeyPatch):
+    """`deferrals` can fail: where vLLM's scheduler no longer records that
+    requests wait for capacity (`State.prefill_capacity_bound` stuck false),
+    the DP throttle defers every off-cadence step, and a request of the
+    throttle-space family waits through more deferred steps than (k - 1)(1 + a)."""
+    from lora_sched.bench.families import FAMILY_DIR, load
+    from lora_sched.spec.state import State
+
+    _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fairv12-throttle-wait.json")
+    cfg = replace(cfg, policy="fair")
+    assert queue_order_applies(cfg, len(reqs)) and cfg.prefill_schedule_interval == 2
+    assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
+    monkeypatch.setattr(State, "prefill_capacity_bound", property(lambda self: False, lambda self, v: None))
+    broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
+    assert broken is not None and broken.startswith("deferrals"), broken
+
+
+def test_b_queue_without_the_requests_running_ahead_is_broken(monkeypatch: pytest.MonkeyPatch):
+    """B_queue can fail: counting only the requests waiting ahead of r (M =
+    Qw - 1), not those running when it arrives, gives 169 on `adv-fair-bound`
+    (max_loras 3, three seats, so every scan admits a prefix), where fair's
+    worst wait is 195; the real B_queue, 197, holds there."""
+    from lora_sched.bench.families import FAMILY_DIR, load
+    from lora_sched.policy import fair
+    from lora_sched.policy.fair import seats, starved_steps
+    from lora_sched.spec.properties import bounded_wait
+
+    _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fair-bound.json")
+    cfg = replace(cfg, policy="fair")
+    result = run(cfg, Workload(reqs))
+    states = {rid: (rs.req.arrival, rs.first_admitted, rs.status) for rid, rs in result.scheduler.state.reqs.items()}
+    last = result.records[-1].step
+    assert queue_order_applies(cfg, len(reqs))
+    assert bounded_wait(states, last, observed_bound(cfg, reqs, result.records)) is None
+    assert max(result.waits().values()) == 195 and observed_bound(cfg, reqs, result.records) == 197
+
+    def waiting_only(config, *, queue, waiting, max_prompt, max_output):
+        n, ahead = seats(config, queue), max(0, waiting - 1)
+        d = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
+        return ahead * d // n + starved_steps(config, ahead, max_prompt + max_output - 1) + \
+            (config.prefill_schedule_interval - 1) * waiting
+
+    monkeypatch.setattr(fair, "queue_order_steps", waiting_only)
+    planted = observed_bound(cfg, reqs, result.records)
+    broken = bounded_wait(states, last, planted)
+    assert planted == 169 and broken is not None and "waited 195 steps > B = 169" in broken.message, broken
+
+
+def test_b_queue_of_a_run_where_nobody_was_ever_present_is_zero():
+    """Regression (deep profile): a request that arrives and is aborted before
+    any step leaves Q = Qw = 0 peaks; B_queue (N = 0 there) must not divide by N."""
+    cfg = Config(max_loras=4, max_num_seqs=2, max_num_batched_tokens=8, policy="fair")
+    assert queue_order_applies(cfg, 0)
+    assert fair_bound(cfg, queue=0, waiting=0, max_prompt=3, max_output=2) == 0

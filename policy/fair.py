@@ -249,8 +249,10 @@ of r when r joins `waiting`. Lemmas, each a monitor too:
   requests admitted in them. After a step that does not defer and leaves r
   waiting, vLLM records that requests wait for capacity, not skips
   (`prefill_capacity_bound`), and no later step defers while r waits;
-  before it, the throttle defers at most k - 1 steps in a row (each decodes,
-  so 0.33's cadence advances), restarted only by a prefill one of them
+  before it, the throttle defers at most k - 1 steps in a row (one that
+  schedules a token advances 0.33's cadence; one that schedules none has
+  every running request sure to finish, so nothing decodes in the next
+  step, which does not defer), restarted only by a prefill one of them
   admits (a one-token prompt).
 
 So r's wait has at most M D / N steps with every seat taken (each holds N

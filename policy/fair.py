@@ -245,22 +245,24 @@ of r when r joins `waiting`. Lemmas, each a monitor too:
   DP throttle (the scan stops at a prefill it defers). A prefix scan stops
   at the first request it leaves, for seats, budget (chunked prefill stops
   only at 0) or the throttle.
-- `deferrals`: while r waits, at most (k - 1)(1 + a) steps defer, a the
-  requests admitted in them. After a step that does not defer and leaves r
-  waiting, vLLM records that requests wait for capacity, not skips
-  (`prefill_capacity_bound`), and no later step defers while r waits;
-  before it, the throttle defers at most k - 1 steps in a row (one that
-  schedules a token advances 0.33's cadence; one that schedules none has
+- `deferrals`: while r waits, at most k - 1 steps defer. After a step
+  that does not defer and leaves r waiting, vLLM records that requests
+  wait for capacity, not skips (`prefill_capacity_bound`), and no later
+  step defers while r waits; before it, the deferred steps come in one
+  run from r's arrival, at most k - 1 long. On 0.32 the engine core's
+  step counter throttles at most k - 1 steps in a row (it restarts only
+  after the engine was idle). On 0.33 a deferred step that schedules a
+  token advances the scheduler's cadence and carries no prefill (prefill
+  chunks wait; a request admitted in it has one token left, which is no
+  prefill), so nothing restarts the cadence; one that schedules none has
   every running request sure to finish, so nothing decodes in the next
-  step, which does not defer), restarted only by a prefill one of them
-  admits (a one-token prompt).
+  step, which does not defer.
 
 So r's wait has at most M D / N steps with every seat taken (each holds N
 of the at most M D steps the requests ahead spend in `running`), at most
-M W / T that spend the budget, and at most (k - 1) Qw deferred ones (a <=
-Qw - 1):
+M W / T that spend the budget, and at most k - 1 deferred ones:
 
-    B_queue = floor(M * D / N) + floor(M * W / T) + (k - 1) * Qw
+    B_queue = floor(M * D / N) + floor(M * W / T) + (k - 1)
 
 There B is the smaller of the two (`fair_bound`). It needs no S: nobody is
 put ahead of r, so the guard changes nothing (`vllm`'s scan admits the same
@@ -595,13 +597,12 @@ def queue_order_applies(config: Config, queue: int | None = None) -> bool:
 def queue_order_steps(config: Config, *, queue: int, waiting: int, max_prompt: int, max_output: int) -> int:
     """B_queue of the module docstring, where `queue_order_applies`: with M =
     min(Qw - 1 + N, Q - 1) requests ahead, floor(M D / N) steps with every
-    seat taken, floor(M W / T) that spend the budget, (k - 1) Qw deferred."""
+    seat taken, floor(M W / T) that spend the budget, k - 1 deferred."""
     n = seats(config, queue)
     ahead = max(0, min(waiting - 1 + n, queue - 1))
     drain = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     full = ahead * drain // n if ahead else 0  # Q = 0 (N = 0): nobody ever waited
-    return full + starved_steps(config, ahead, max_prompt + max_output - 1) + \
-        (config.prefill_schedule_interval - 1) * waiting
+    return full + starved_steps(config, ahead, max_prompt + max_output - 1) + config.prefill_schedule_interval - 1
 
 
 def fair_bound(config: Config, *, queue: int, max_prompt: int, max_output: int, waiting: int | None = None) -> int:

@@ -1,8 +1,9 @@
 """Planted bugs: policies that are wrong on purpose, for checks that must catch them.
 
 Each is a small subclass of a real gate that reintroduces one known mistake
-in one of fair's mechanisms; the test that uses it asserts that the check it
-exercises fails on it.
+in one of fair's mechanisms, or (`SkipFirstGate`, `OneAdmissionGate`) breaks
+the scan a lemma of B_queue relies on; the test that uses it asserts that
+the check it exercises fails on it.
 """
 
 from __future__ import annotations

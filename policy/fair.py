@@ -264,11 +264,46 @@ M W / T that spend the budget, and at most k - 1 deferred ones:
 
     B_queue = floor(M * D / N) + floor(M * W / T) + (k - 1)
 
-There B is the smaller of the two (`fair_bound`). It needs no S: nobody is
-put ahead of r, so the guard changes nothing (`vllm`'s scan admits the same
-prefixes there). `bench --realistic` and the adversarial families
-report the worst wait / B found, and beside it the wait of a witness within
-the same figures (`bench.bound`: how far any bound in them can come down).
+Where the cap never blocks, whether KV can run out or not, a wait is
+bounded by the heads of `running` instead. That is where max_loras >=
+min(`max_num_seqs`, Q) (the scan stops at a full `running` before it asks
+the cap, which then sees at most min(`max_num_seqs`, Q) - 1 adapters),
+scheduling is synchronous, no DP throttle defers prefills and the queue is
+FCFS (`heads_apply`). Let t = T, or c where the long-prefill threshold is
+below T, and H = ceil(P / t) + L - 1. Lemmas, each a monitor too:
+
+- `arrival_order`: nobody who arrived after r is admitted before r's first
+  admission. The cap blocks nobody, so fair has no victim and holds
+  nobody; every scan stops at the first request it leaves (seats, budget,
+  KV: a waiting request is admitted only with blocks for its whole
+  prompt); and it visits r* first, which is r or arrived before r (it
+  has waited S steps when r has not, or waits since no later than r, ties
+  going to arrival order; either way it joined `waiting` by r's arrival,
+  as an arrival before r or a preemption of a request running then), and
+  the queue holds the requests that arrived after r behind r (preempted
+  ones rejoin its head).
+- `head_steps`: every step schedules the head of `running` (its first
+  request: admissions append) first, with the whole budget, and never
+  preempts it (FCFS preempts the last request, and the head's whole
+  sequence fits alone); a step that starts with `running` empty admits the
+  first request it visits (every block and seat is free). So a request
+  is the head once, until it ends, and in at most H steps: each prefills
+  at least min(t, what is left) of at most P + o tokens (a request
+  preempted after o outputs recomputes them) and its last chunk yields an
+  output, then one output a step, and ceil((P + o) / t) + L - o - 1 <= H.
+
+So each step of r's wait has a head, admitted before r and so present when
+r arrived (`arrival_order`): at most M of them, each the head in at most H
+steps:
+
+    B_heads = M * H
+
+B is the smallest of the bounds that apply (`fair_bound`). B_queue and
+B_heads need no S: nobody is put ahead of r, so the guard changes nothing
+(`vllm`'s scan admits the same requests there). `bench --realistic` and
+the adversarial families report the worst wait / B found, and beside it
+the wait of a witness within the same figures (`bench.bound`: how far any
+bound in them can come down).
 """
 
 from __future__ import annotations
@@ -599,22 +634,59 @@ def queue_order_steps(config: Config, *, queue: int, waiting: int, max_prompt: i
     min(Qw - 1 + N, Q - 1) requests ahead, floor(M D / N) steps with every
     seat taken, floor(M W / T) that spend the budget, k - 1 deferred."""
     n = seats(config, queue)
-    ahead = max(0, min(waiting - 1 + n, queue - 1))
+    ahead = ahead_of(config, queue=queue, waiting=waiting)
     drain = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     full = ahead * drain // n if ahead else 0  # Q = 0 (N = 0): nobody ever waited
     return full + starved_steps(config, ahead, max_prompt + max_output - 1) + config.prefill_schedule_interval - 1
 
 
+def heads_apply(config: Config, queue: int | None = None) -> bool:
+    """Are requests first admitted in arrival order with the head of `running`
+    scheduled in every step (`arrival_order`, `head_steps`)? Where the cap
+    never blocks (max_loras >= min(`max_num_seqs`, Q): the scan stops at a
+    full `running` before it asks the cap, which then sees at most
+    min(`max_num_seqs`, Q) - 1 adapters), scheduling is synchronous, no DP
+    throttle defers prefills and the queue is FCFS; KV may run out."""
+    n = config.max_num_seqs if queue is None else min(config.max_num_seqs, queue)
+    return (config.max_loras >= n and not config.async_scheduling and config.prefill_schedule_interval == 1
+            and config.queue == "fcfs")
+
+
+def head_steps(config: Config, *, max_prompt: int, max_output: int) -> int:
+    """H of the module docstring (`head_steps`): the most steps a request is
+    the head of `running`, ceil(P / t) + L - 1 with t = T, or c where the
+    long-prefill threshold is below it."""
+    c = config.long_prefill_token_threshold
+    chunk = min(config.max_num_batched_tokens, c) if c > 0 else config.max_num_batched_tokens
+    return -(-max_prompt // chunk) + max_output - 1
+
+
+def heads_steps(config: Config, *, queue: int, waiting: int, max_prompt: int, max_output: int) -> int:
+    """B_heads of the module docstring, where `heads_apply`: M H, with M =
+    min(Qw - 1 + N, Q - 1) requests present when r arrives and H =
+    `head_steps`."""
+    return ahead_of(config, queue=queue, waiting=waiting) * head_steps(config, max_prompt=max_prompt,
+                                                                     max_output=max_output)
+
+
+def ahead_of(config: Config, *, queue: int, waiting: int) -> int:
+    """M of the module docstring: min(Qw - 1 + N, Q - 1), the most requests
+    present (running, or waiting ahead) when a request joins `waiting`."""
+    return max(0, min(waiting - 1 + seats(config, queue), queue - 1))
+
+
 def fair_bound(config: Config, *, queue: int, max_prompt: int, max_output: int, waiting: int | None = None) -> int:
     """B of the module docstring for a configuration and workload bounds
     (`waiting` is Qw; without it, Q stands in for it, as Qw <= Q): the
-    guards' bound (`guard_bound`), or B_queue where it is smaller and
-    applies (`queue_order_applies`)."""
+    guards' bound (`guard_bound`), or B_queue (`queue_order_applies`) or
+    B_heads (`heads_apply`) where one applies and is smaller."""
     b = guard_bound(config, queue=queue, max_prompt=max_prompt, max_output=max_output, waiting=waiting)
+    qw = queue if waiting is None else waiting
     if queue_order_applies(config, queue):
-        qw = queue if waiting is None else waiting
-        return min(b, queue_order_steps(config, queue=queue, waiting=qw, max_prompt=max_prompt,
-                                        max_output=max_output))
+        b = min(b, queue_order_steps(config, queue=queue, waiting=qw, max_prompt=max_prompt,
+                                     max_output=max_output))
+    if heads_apply(config, queue):
+        b = min(b, heads_steps(config, queue=queue, waiting=qw, max_prompt=max_prompt, max_output=max_output))
     return b
 
 

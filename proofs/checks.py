@@ -18,7 +18,8 @@ def fair_B(b: enc.Bounds, queue: int | None = None) -> int:
     Where `b` pins one configuration (every range one value, no async
     scheduling, KV unlimited: the `Config` built here is the one checked), B
     is its `policy.fair.fair_bound`, B_queue included where every scan
-    admits a prefix of the queue. Over a range it is the guards' bound
+    admits a prefix of the queue and B_heads where the cap never blocks
+    (`fair-wait-heads`). Over a range it is the guards' bound
     (`policy.fair.guard_bound`: Qw (D + D0 + E + 2S + 3 + p) - S, E the
     steps r* can wait once a seat and a slot are free (`star_fits_steps`),
     or Qw (D + S + 2 + p) where max_loras >= N and the cap cannot block r*;
@@ -28,9 +29,11 @@ def fair_B(b: enc.Bounds, queue: int | None = None) -> int:
     with N), so this is the largest budget and max_loras with the smallest
     `max_num_seqs`: it is at most the guards' bound of every configuration
     in the range, and checking against it is the stricter test. B_queue has
-    no such corner (it falls as N grows), so a range is checked against the
-    guards' bound. The DP throttle's k is `b.prefill_interval` (S in B is
-    S x k steps, `policy.fair.starvation_window`)."""
+    no such corner (it falls as N grows), and B_heads holds only where
+    max_loras >= `max_num_seqs`, which a range need not keep, so a range is
+    checked against the guards' bound. The DP throttle's k is
+    `b.prefill_interval` (S in B is S x k steps,
+    `policy.fair.starvation_window`)."""
     cfg = Config(max_loras=b.max_loras[1], max_num_seqs=b.max_num_seqs[0],
                  max_num_batched_tokens=b.max_num_batched_tokens[1], starvation_steps=b.starvation_steps[1],
                  prefill_schedule_interval=b.prefill_interval, policy="fair")

@@ -46,6 +46,8 @@ from lora_sched.policy.fair import (
     drain_steps,
     fair_bound,
     guard_steps,
+    head_steps,
+    heads_apply,
     non_decode_steps,
     observed_bound,
     queue_order_applies,
@@ -231,12 +233,49 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
     """The lemmas of `policy.fair`'s bound, checked after step `step` (`rec`)
     of a fair run (`guard_lemma_violation`), then, where every scan admits a
     prefix of the queue (`queue_order_applies`), those of B_queue
-    (`queue_lemma_violation`). None, or the broken lemma."""
+    (`queue_lemma_violation`), and, where requests are first admitted in
+    arrival order (`heads_apply`), those of B_heads (`heads_lemma_violation`).
+    None, or the broken lemma."""
     broken = guard_lemma_violation(sched, rec, step, star0, max_prompt=max_prompt, max_output=max_output,
                                    queue=queue, victim_since=victim_since)
     if broken is None and queue_order_applies(sched.config, queue):
         broken = queue_lemma_violation(sched, rec, step, victim_since.setdefault("deferred", {}))
+    if broken is None and heads_apply(sched.config, queue):
+        broken = heads_lemma_violation(sched, rec, step, victim_since.setdefault("head", {}),
+                                       head_steps(sched.config, max_prompt=max_prompt, max_output=max_output))
     return broken
+
+
+def heads_lemma_violation(sched: Scheduler, rec, step: int, tenure: dict, allowance: int) -> str | None:
+    """The lemmas of B_heads (`policy.fair`), checked after step `step`:
+
+    - `arrival_order`: a step admits nobody who arrived after a request that
+      is still waiting for its first admission;
+    - `head_steps`: a step that starts with `running` not empty schedules
+      its head (the first request in it), which it does not preempt, and a
+      request is the head in at most H = `allowance` steps (`tenure`:
+      request -> such steps); a step that starts with `running` empty and
+      a request waiting admits someone."""
+    reqs = sched.state.reqs
+    left = [r for r in rec.waiting if r not in rec.admitted and reqs[r].first_admitted is None]
+    if left and rec.admitted:
+        first = min(left, key=lambda r: reqs[r].seq)
+        later = [x for x in rec.admitted if reqs[x].seq > reqs[first].seq]
+        if later:
+            return f"arrival_order: step {step} admits {later[0]}, which arrived after {first}, still waiting"
+    if not rec.running:
+        if rec.waiting and not rec.admitted:
+            return f"head_steps: step {step} starts with `running` empty and admits nobody of {rec.waiting}"
+        head = rec.admitted[0] if rec.admitted else None
+    else:
+        head = rec.running[0]
+        if head in rec.preempted or head not in rec.scheduled:
+            return f"head_steps: step {step} {'preempts' if head in rec.preempted else 'leaves out'} its head {head}"
+    if head is not None:
+        tenure[head] = tenure.get(head, 0) + 1
+        if tenure[head] > allowance:
+            return f"head_steps: {head} is the head of `running` in {tenure[head]} steps up to {step} > H = {allowance}"
+    return None
 
 
 def queue_lemma_violation(sched: Scheduler, rec, step: int, deferred: dict) -> str | None:
@@ -542,11 +581,15 @@ NOT_FIRST_CASE = (Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=8, 
 def _first_broken_lemma(cfg: Config, reqs: list[Request], gate) -> str | None:
     """Step `gate` on `reqs` from step 1 as `policy.driver.run` does (each
     request joins at its arrival step, an idle step only applies the pending
-    async output; no DP throttle argument), checking `lemma_violation` after
-    every step: the first broken lemma, or None once every request is done."""
+    async output, vLLM 0.32's DP engine core throttles a step as the driver
+    does), checking `lemma_violation` after every step: the first broken
+    lemma, or None once every request is done."""
     sched = Scheduler(cfg, gate)
     since: dict = {}
+    wave = 0  # steps since the engine was last idle (vLLM 0.32's DP step_counter)
     for t in range(1, 100_000):
+        if not sched.has_work():
+            wave = 0
         for r in reqs:
             if r.arrival == t:
                 sched.add(r)
@@ -556,7 +599,8 @@ def _first_broken_lemma(cfg: Config, reqs: list[Request], gate) -> str | None:
                 return None
             continue
         star0 = sched.gate.guard.star if sched.gate.guard is not None else None
-        rec = sched.step(t)
+        rec = sched.step(t, throttle=sched.release.prefill_cadence == "dp_engine" and throttled(cfg, wave))
+        wave += 1
         broken = lemma_violation(sched, rec, t, star0, max_prompt=max(r.prompt_tokens for r in reqs),
                                  max_output=max(r.max_tokens for r in reqs), queue=len(reqs), victim_since=since)
         if broken:
@@ -953,12 +997,14 @@ def test_deferrals_monitor_fires_when_the_throttle_ignores_requests_waiting_for_
 def test_b_queue_without_the_requests_running_ahead_is_broken(monkeypatch: pytest.MonkeyPatch):
     """B_queue can fail: counting only the requests waiting ahead of r (M =
     Qw - 1), not those running when it arrives, gives 169 on `adv-fair-bound`
-    (max_loras 3, three seats, so every scan admits a prefix), where fair's
-    worst wait is 195; the real B_queue, 197, holds there."""
+    (max_loras 4, one seat, so every scan admits a prefix), where fair's
+    worst wait is 195; the real B_queue, 197, holds there (B is B_heads,
+    196, the smaller)."""
     from lora_sched.bench.families import FAMILY_DIR, load
     from lora_sched.policy import fair
     from lora_sched.policy.fair import seats, starved_steps
     from lora_sched.spec.properties import bounded_wait
+    from lora_sched.spec.state import peak_present, peak_waiting
 
     _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fair-bound.json")
     cfg = replace(cfg, policy="fair")
@@ -967,7 +1013,10 @@ def test_b_queue_without_the_requests_running_ahead_is_broken(monkeypatch: pytes
     last = result.records[-1].step
     assert queue_order_applies(cfg, len(reqs))
     assert bounded_wait(states, last, observed_bound(cfg, reqs, result.records)) is None
-    assert max(result.waits().values()) == 195 and observed_bound(cfg, reqs, result.records) == 197
+    b_queue = fair.queue_order_steps(cfg, queue=peak_present(result.records), waiting=peak_waiting(result.records),
+                                     max_prompt=max(r.prompt_tokens for r in reqs),
+                                     max_output=max(r.max_tokens for r in reqs))
+    assert max(result.waits().values()) == 195 and b_queue == 197 and observed_bound(cfg, reqs, result.records) == 196
 
     def waiting_only(config, *, queue, waiting, max_prompt, max_output):
         n, ahead = seats(config, queue), max(0, waiting - 1)
@@ -987,3 +1036,78 @@ def test_b_queue_of_a_run_where_nobody_was_ever_present_is_zero():
     cfg = Config(max_loras=4, max_num_seqs=2, max_num_batched_tokens=8, policy="fair")
     assert queue_order_applies(cfg, 0)
     assert fair_bound(cfg, queue=0, waiting=0, max_prompt=3, max_output=2) == 0
+
+
+def _heads_case() -> tuple[Config, list[Request]]:
+    """B_heads reached: one seat and a 1-token budget, three requests ahead of
+    `r3` (2-token prompts, 2 outputs: H = 3 steps as the head each), all
+    arriving at step 1 (M = 3): `r3` waits 9 = M H steps, the Z3 manifest's
+    `fair-wait-heads` worst case."""
+    cfg = Config(max_loras=1, max_num_seqs=1, max_num_batched_tokens=1, starvation_steps=1, policy="fair")
+    return cfg, [Request(f"r{i}", i % 3 + 1, 2, 2, 1) for i in range(4)]
+
+
+def test_b_heads_is_reached_and_without_one_request_ahead_is_broken(monkeypatch: pytest.MonkeyPatch):
+    """B_heads = M H is reached exactly (`_heads_case`: wait 9 = B), and can
+    fail: with M - 1 requests ahead it is 168 on `adv-fair-bound` (one seat,
+    max_loras 4), where fair's worst wait is 195; the real B_heads, 196, holds."""
+    from lora_sched.bench.families import FAMILY_DIR, load
+    from lora_sched.policy import fair
+    from lora_sched.spec.properties import bounded_wait
+
+    cfg, reqs = _heads_case()
+    result = run(cfg, Workload(reqs))
+    assert heads_apply(cfg, len(reqs)) and max(result.waits().values()) == 9 == observed_bound(cfg, reqs,
+                                                                                               result.records)
+    _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fair-bound.json")
+    cfg = replace(cfg, policy="fair")
+    result = run(cfg, Workload(reqs))
+    states = {rid: (rs.req.arrival, rs.first_admitted, rs.status) for rid, rs in result.scheduler.state.reqs.items()}
+    last = result.records[-1].step
+    assert max(result.waits().values()) == 195 and observed_bound(cfg, reqs, result.records) == 196
+    assert bounded_wait(states, last, 196) is None
+    real = fair.ahead_of
+    monkeypatch.setattr(fair, "ahead_of", lambda config, *, queue, waiting: real(config, queue=queue,
+                                                                                waiting=waiting) - 1)
+    monkeypatch.setattr(fair, "queue_order_applies", lambda config, queue=None: False)  # B_heads alone
+    planted = observed_bound(cfg, reqs, result.records)
+    broken = bounded_wait(states, last, planted)
+    assert planted == 168 and broken is not None and "waited 195 steps > B = 168" in broken.message, broken
+
+
+def test_heads_monitors_catch_planted_bugs(monkeypatch: pytest.MonkeyPatch):
+    """Each B_heads monitor can fail, and the real rule keeps it on the same
+    input: a scan that skips the first request it visits breaks
+    `arrival_order` on `adv-fairv12-kv-bound` (7 KV blocks, one seat); H one
+    step short breaks `head_steps` where a request is the head from its
+    admission to its end (`_heads_case`: `r0` is the head 3 steps); and a
+    step that leaves the head out (pipeline parallelism's skip, outside the
+    model) breaks it too."""
+    import test_state_machines as me
+    from lora_sched.bench.families import FAMILY_DIR, load
+    from planted import SkipFirstGate
+
+    _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fairv12-kv-bound.json")
+    cfg = replace(cfg, policy="fair")
+    assert heads_apply(cfg, len(reqs)) and cfg.kv_blocks is not None
+    broken = _first_broken_lemma(cfg, reqs, SkipFirstGate())
+    assert broken is not None and broken.startswith("arrival_order"), broken
+    assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
+
+    cfg, reqs = _heads_case()
+    assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
+    real = me.head_steps
+    monkeypatch.setattr(me, "head_steps", lambda config, **kw: real(config, **kw) - 1)
+    broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
+    assert broken is not None and broken.startswith("head_steps: r0 is the head of `running` in 3 steps"), broken
+    monkeypatch.undo()
+
+    sched, since = Scheduler(cfg, make_gate("fair")), {}
+    for r in reqs:
+        sched.add(r)
+    rec = sched.step(1)
+    assert lemma_violation(sched, rec, 1, None, max_prompt=2, max_output=2, queue=4, victim_since=since) is None
+    rec = sched.step(2, frozenset({"r0"}))
+    broken = lemma_violation(sched, rec, 2, sched.gate.guard.star, max_prompt=2, max_output=2, queue=4,
+                             victim_since=since)
+    assert broken == "head_steps: step 2 leaves out its head r0", broken

@@ -25,7 +25,9 @@ verdict open, both also try streams that keep the slots busy in front of
 the waiting block (`stream_candidates`) and blocks whose every guard and
 gap *feeders* stretch as far as the rule lets them (`feeder_candidates`),
 and, under a DP throttle, blocks behind a base-model relay that keeps the
-throttle on, with a late feeder of each victim (`relay_candidates`); the
+throttle on, with a late feeder of each victim (`relay_candidates`), and
+budget squeezes, where nobody waits for a seat or a slot
+(`squeeze_candidates`); the
 free witness also tries blocks whose slot holders are fed online, step by
 step, from fair's own state (`steered_candidates`).
 When a witness waits more than
@@ -417,6 +419,34 @@ def _late_fed(cfg: Config, fig: Figures, reqs: list[Request]) -> list[Request] |
     return reqs
 
 
+def squeeze_candidates(cfg: Config, fig: Figures) -> Iterator[list[Request]]:
+    """A budget squeeze, for a family where nobody waits for a seat or a
+    slot: d = Q - Qw - 1 requests with 1-token prompts and L outputs decode
+    (arriving at most Qw a step, the adapters in turn), then Qw requests
+    with P-token prompts and one output arrive every step. Each step the
+    decodes take d tokens of the budget before the prefills, so where Qw P
+    is about T what the prefills leave over grows by d a step, until a
+    step's budget is spent before its last arrival, which waits. The stream
+    is cut after the first step in which somebody waits (later arrivals
+    would only raise Qw)."""
+    per_step = max(1, fig.waiting)
+    decoders = fig.present - per_step - 1
+    if decoders < 1:
+        return
+    first = [Request(f"d{i}", i % fig.adapters + 1 if fig.adapters else 0, 1, fig.output, 1 + i // per_step)
+             for i in range(decoders)]
+    start = 2 + (decoders - 1) // per_step
+    stream = [Request(f"p{s}_{j}", 0, fig.prompt, 1, start + s) for s in range(fig.output) for j in range(per_step)]
+    try:
+        res = run(replace(cfg, policy="fair"), Workload(first + stream), max_steps=20 * fig.output + 100)
+    except (DriverStuck, ValueError):
+        return
+    waits = res.waits()
+    waited = [r.arrival for r in stream if waits.get(r.id, 0) > 0]
+    if waited:
+        yield first + [r for r in stream if r.arrival <= min(waited)]
+
+
 def relay_candidates(cfg: Config, fig: Figures) -> Iterator[list[Request]]:
     """Workloads for a DP throttle (`prefill_schedule_interval` k > 1), which
     defers prefills to every k-th step only while something decodes: a
@@ -727,10 +757,11 @@ def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: in
     """`Tightness` from a run's figures and fair's worst wait there: the
     witness that keeps the adapters, then, where it does not settle the
     verdict, the slot-holding streams (`stream_candidates`), the fed
-    blocks (`feeder_candidates`) and the relayed blocks (`relay_candidates`)
-    with the adapters kept, then the free witness, all of them and the
-    steered blocks (`steered_candidates`) included (climbed only until it
-    settles the verdict)."""
+    blocks (`feeder_candidates`), the relayed blocks (`relay_candidates`)
+    and the budget squeezes (`squeeze_candidates`) with the adapters kept,
+    then the free witness, all of them and the steered blocks
+    (`steered_candidates`) included (climbed only until it settles the
+    verdict)."""
     fair_cfg = replace(cfg, policy="fair")
     w = witness(fair_cfg, fig, climb_iters=climb_iters, seed=seed)
     t = Tightness(family, worst, bound_at(cfg, fig), fig, 0, 0) if w is None else \
@@ -739,7 +770,7 @@ def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: in
     if t.verdict != "open":
         return t
     for shape, enough in ((stream_candidates, None), (feeder_candidates, WITHIN * worst),
-                          (relay_candidates, WITHIN * worst)):  # adapters kept
+                          (relay_candidates, WITHIN * worst), (squeeze_candidates, WITHIN * worst)):  # adapters kept
         s = witness(fair_cfg, fig, shapes=(shape,), enough=enough)
         if s is not None and s.wait > t.witness_wait:
             t = replace(t, witness_wait=s.wait, witness_bound=bound_at(cfg, s.figures),
@@ -748,7 +779,7 @@ def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: in
                 return t
     f = witness(fair_cfg, fig, climb_iters=climb_iters, seed=seed, free=True, enough=WITHIN * worst,
                 shapes=(witness_candidates, stream_candidates, feeder_candidates, relay_candidates,
-                        steered_candidates))
+                        squeeze_candidates, steered_candidates))
     return t if f is None else replace(t, free_wait=f.wait, free_bound=bound_at(cfg, f.figures),
                                        free_requests=tuple(f.requests))
 

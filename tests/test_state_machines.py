@@ -8,7 +8,9 @@ and evaluates the step predicates of `spec.properties`. After every step the
 test asserts that no property the policy claims (`policy.claims`) is
 violated; for `fair` it also checks bounded_wait with `policy.fair.fair_bound` (Q the
 observed peak) at teardown, after draining the run, where
-`policy.fair.bound_applies` (one priority, no skips). The reference gates
+`policy.fair.bound_applies` (one priority, no skips); a second fair
+machine keeps to the configurations where B_heads applies
+(`FairHeadsMachine`). The reference gates
 `drainer`, `timeslice` and `vtc` run here too, for what they claim.
 
 Configs include async scheduling, KV pools that preempt, the priority queue
@@ -75,14 +77,19 @@ class PolicyMachine(RuleBasedStateMachine):
     """Random arrivals / aborts / steps through one policy, checked every step."""
 
     policy = "vllm"
+    heads = False  # configurations where B_heads applies only (`FairHeadsMachine`)
 
     @initialize(data=st.data())
     def setup(self, data):
         self.b = data.draw(bounds(), label="bounds")
-        self.cfg = data.draw(configs(self.b, policy=self.policy), label="config")
+        if self.heads:
+            cfg = data.draw(configs(self.b, policy=self.policy, queue="fcfs", async_scheduling=False), label="config")
+            self.cfg = replace(cfg, max_loras=max(cfg.max_loras, cfg.max_num_seqs), prefill_schedule_interval=1)
+        else:
+            self.cfg = data.draw(configs(self.b, policy=self.policy), label="config")
         # Half the runs use one priority, so fair's bounded_wait (which holds
-        # among equal priorities) is checked on them.
-        self.priorities = data.draw(st.sampled_from([(0,), (0, 1, 2)]), label="priorities")
+        # among equal priorities) is checked on them (all of `heads`'s).
+        self.priorities = (0,) if self.heads else data.draw(st.sampled_from([(0,), (0, 1, 2)]), label="priorities")
         holds = FairHolds(self.cfg) if self.policy == "fair" else None
         self.sched = Scheduler(self.cfg, make_gate(self.policy))
         self.obs = Observer(self.cfg, holds)
@@ -132,11 +139,12 @@ class PolicyMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def step(self, data):
         """One `schedule()` plus its output, maybe skipping running requests (any, for
-        the gates that claim the caps under skips; else base-model ones)."""
+        the gates that claim the caps under skips; else base-model ones; none
+        under `heads`)."""
         st_ = self.sched.state
         skippable = sorted(r for r in st_.running if self.policy in EVERY_RUNNING_CAP or st_.adapter(r) == 0)
         skip = frozenset()
-        if skippable and data.draw(st.integers(0, 3), label="skip?") == 0:
+        if skippable and not self.heads and data.draw(st.integers(0, 3), label="skip?") == 0:
             skip = frozenset(data.draw(st.sets(st.sampled_from(skippable), min_size=1), label="skip"))
         self._step(skip)
 
@@ -477,9 +485,20 @@ class FairMachine(PolicyMachine):
         self.victim_since: dict = {}
 
 
+class FairHeadsMachine(FairMachine):
+    """fair where B_heads applies (`policy.fair.heads_apply`: the cap never
+    blocks, synchronous, FCFS, no DP throttle; KV finite or not), with one
+    priority and no step that skips running requests, so that
+    `arrival_order` and `head_steps` are checked at every step of every
+    run, not on the few random runs of `FairMachine` that fall there."""
+
+    heads = True
+
+
 TestBlocking = BlockingMachine.TestCase
 TestVllm = VllmMachine.TestCase
 TestFair = FairMachine.TestCase
+TestFairHeads = FairHeadsMachine.TestCase
 
 
 class DrainerMachine(PolicyMachine):

@@ -1102,9 +1102,10 @@ def test_heads_monitors_catch_planted_bugs(monkeypatch: pytest.MonkeyPatch):
     admission to its end (`_heads_case`: `r0` is the head 3 steps); and a
     step that leaves the head out (pipeline parallelism's skip, outside the
     model) breaks it too."""
-    import test_state_machines as me
     from lora_sched.bench.families import FAMILY_DIR, load
     from planted import SkipFirstGate
+
+    me = sys.modules[__name__]  # `lemma_violation` reads `head_steps` from this module
 
     _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fairv12-kv-bound.json")
     cfg = replace(cfg, policy="fair")

@@ -661,7 +661,7 @@ def head_steps(config: Config, *, max_prompt: int, max_output: int) -> int:
     return -(-max_prompt // chunk) + max_output - 1
 
 
-def heads_steps(config: Config, *, queue: int, waiting: int, max_prompt: int, max_output: int) -> int:
+def heads_bound(config: Config, *, queue: int, waiting: int, max_prompt: int, max_output: int) -> int:
     """B_heads of the module docstring, where `heads_apply`: M H, with M =
     min(Qw - 1 + N, Q - 1) requests present when r arrives and H =
     `head_steps`."""
@@ -686,7 +686,7 @@ def fair_bound(config: Config, *, queue: int, max_prompt: int, max_output: int, 
         b = min(b, queue_order_steps(config, queue=queue, waiting=qw, max_prompt=max_prompt,
                                      max_output=max_output))
     if heads_apply(config, queue):
-        b = min(b, heads_steps(config, queue=queue, waiting=qw, max_prompt=max_prompt, max_output=max_output))
+        b = min(b, heads_bound(config, queue=queue, waiting=qw, max_prompt=max_prompt, max_output=max_output))
     return b
 
 

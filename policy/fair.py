@@ -94,21 +94,40 @@ threshold (chunks = ceil(W / c), 1 when off), k = `prefill_schedule_interval`
 (1 without DP throttling), Q the most requests present (waiting or
 running) and Qw <= Q the most requests waiting when a step starts. Then
 
-    D0 = k * (floor(N * W / T) + chunks) + (2 if async scheduling else 0)
+    F  = floor(N * W / T), or floor(N * P / (T - N + 1)) where KV is
+         unlimited, T >= N and that is fewer
+    e  = N - 1 where KV can run out under the priority queue, else 0
+    D0 = k * (F + chunks + e) + (1 if async scheduling else 0)
     D  = D0 + (L - 1)
 
 bounds the steps a request spends in `running` while none is inserted ahead
 of it (admissions append; preemption only removes), and D0 + o - 1 does for
-one admitted with o outputs left: in each step it is either budget-starved,
-which spends T tokens of the at most N * W that it and the requests ahead
-of it still need, or gets all it asks for: a prefill chunk or a decode.
+one admitted with o outputs left (`stay`, a monitor too): in each step it
+is either budget-starved, which spends T tokens of the at most N * W that
+it and the requests ahead of it still need, or gets all it asks for: a
+prefill chunk or a decode, or is left out because a request ahead of it
+preempted itself, which ends vLLM's running loop. Where KV is unlimited
+nothing is preempted, so those at most N requests prefill at most N * P
+tokens in all, and a step that starves it spends at least T - N + 1 of
+them: the requests scheduled before it, N - 1 at most, decode one token
+each at most (hence F). A request that cannot grow preempts the last
+request in `running` under FCFS (one behind it, or itself when nobody is
+behind), but the latest arrival under the priority queue, which can be
+itself while a request that arrived earlier, readmitted after a
+preemption, is behind it; each such step takes one of the at most N - 1
+requests ahead out of `running` for good (admissions append), hence e.
 A DP throttle defers a prefill on at most k - 1 steps in a row before each
 step that schedules one, budget-starved or not (so it can come before
 every budget-starved step, not only before each chunk: hence k times
-both terms; a step that schedules nothing, every decode skipped as sure
-to finish under async scheduling, leaves nothing decoding, so the next
-step does not defer); async scheduling adds the sure-to-finish step and
-the output that lands one step late. The cap can
+F + chunks + e; a step that schedules nothing, every decode skipped as
+sure to finish under async scheduling, leaves nothing decoding, so the
+next step does not defer). Async scheduling adds one step: the one after
+the request's last token, in which it is skipped as sure to finish while
+that token's output is in flight (the skip needs every token computed but
+the last output's, as at most one output is in flight when a step is
+scheduled; the output a preempted request had in flight lands, stale, in
+the step that preempts it, which readmits nobody, so it rejoins
+`running` with nothing in flight). The cap can
 block r* in a scan that admits anyone only when max_loras < N: the scan
 stops at a full `running` before it asks the cap, so the cap sees at most
 N - 1 running adapters, except where N = `kv_blocks` <= `max_num_seqs`;
@@ -144,7 +163,7 @@ Lemmas, each a monitor in `tests/test_state_machines.py`:
   within D steps, and then r* is in. E = 1 where capacity cannot stop r*
   once a seat and a slot are free (`capacity_admits_star`: KV unlimited,
   no DP throttle, and T covers the other N - 1 requests' largest chunks
-  and r*'s first). E = k (floor((N - 1) W / T) + 1) where KV is unlimited,
+  and r*'s first). E = k (F(N - 1) + 1) where KV is unlimited,
   prefill is chunked and scheduling synchronous or unthrottled (k = 1;
   async without a throttle since the seventh restatement: with nothing
   preempted r* has no output in flight, so only the budget stops it
@@ -152,8 +171,10 @@ Lemmas, each a monitor in `tests/test_state_machines.py`:
   and one token of budget, so a step that does not admit it is either
   deferred by the DP throttle or budget-starved, its whole budget T spent
   by the at most N - 1 running requests, which need at most (N - 1) W
-  tokens in all and get no new company; at most floor((N - 1) W / T)
-  steps are budget-starved, and the throttle defers at most k - 1 steps
+  tokens in all, (N - 1) P of them prefill, and get no new company; each
+  such step spends at least T - N + 1 prefill tokens (one decode token a
+  request at most), so at most F(N - 1) steps are budget-starved (F with
+  N - 1 requests in place of N), and the throttle defers at most k - 1 steps
   in a row before each step it does not defer (in a synchronous step that
   defers, something decodes and is scheduled, so 0.33's cadence
   advances; an async step may schedule nothing and leave the cadence
@@ -260,9 +281,12 @@ of r when r joins `waiting`. Lemmas, each a monitor too:
 
 So r's wait has at most M D / N steps with every seat taken (each holds N
 of the at most M D steps the requests ahead spend in `running`), at most
-M W / T that spend the budget, and at most k - 1 deferred ones:
+F(M) that spend the budget with a seat free (F with M requests in place
+of N: each spends T of the at most M W tokens the requests ahead need, and
+at least T - N + 1 of their at most M P prefill tokens, as at most N - 1
+requests decode in it), and at most k - 1 deferred ones:
 
-    B_queue = floor(M * D / N) + floor(M * W / T) + (k - 1)
+    B_queue = floor(M * D / N) + F(M) + (k - 1)
 
 Where the cap never blocks, whether KV can run out or not, a wait is
 bounded by the heads of `running` instead. That is where max_loras >=
@@ -517,17 +541,39 @@ def non_decode_steps(config: Config, *, max_prompt: int, max_output: int, queue:
     work = max_prompt + max_output - 1
     c = config.long_prefill_token_threshold
     chunks = -(-work // c) if c > 0 else 1
-    return config.prefill_schedule_interval * (starved_steps(config, seats(config, queue), work)
-                                               + chunks) + (2 if config.async_scheduling else 0)
+    starved = starved_steps(config, seats(config, queue), max_prompt=max_prompt, work=work, queue=queue)
+    return (config.prefill_schedule_interval * (starved + chunks + left_out_steps(config, queue))
+            + (1 if config.async_scheduling else 0))
 
 
-def starved_steps(config: Config, requests: int, work: int) -> int:
-    """The most budget-starved steps `requests` requests that need at most
-    `work` tokens each (W) can cause while nobody joins them: each spends
-    the whole budget T of the at most `requests` * W they need,
-    floor(`requests` W / T) (D0's first term with N of them; `star_fits`
-    with the N - 1 beside r*)."""
-    return requests * work // config.max_num_batched_tokens
+def left_out_steps(config: Config, queue: int | None = None) -> int:
+    """e of the module docstring: the steps in which a request ahead of it
+    preempts itself and so ends the running loop, N - 1 at most where KV can
+    run out under the priority queue (each takes one of the at most N - 1
+    requests ahead out of `running`); 0 under FCFS, which preempts the
+    last request, and where KV is unlimited."""
+    if config.kv_blocks is None or config.queue != "priority":
+        return 0
+    return max(0, seats(config, queue) - 1)
+
+
+def starved_steps(config: Config, requests: int, *, max_prompt: int, work: int, queue: int | None = None) -> int:
+    """F of the module docstring with `requests` requests in place of N: the
+    most budget-starved steps that many requests, needing at most `work`
+    tokens each (W), can cause while nobody joins them. Each such step spends
+    the whole budget T of the at most `requests` * W tokens they need:
+    floor(`requests` W / T). Where KV is unlimited nothing is preempted, so
+    each prefills at most P tokens, and such a step holds at most N - 1
+    decodes of one token, so spends at least T - N + 1 prefill tokens: at
+    most floor(`requests` P / (T - N + 1)) such steps, when T >= N, if that
+    is fewer. D0 takes N of them; `star_fits` the N - 1 beside r*; B_queue
+    the M ahead of r."""
+    t = config.max_num_batched_tokens
+    steps = requests * work // t
+    spare = t - seats(config, queue) + 1  # prefill tokens a budget-starved step spends at least
+    if config.kv_blocks is None and spare > 0:
+        steps = min(steps, requests * max_prompt // spare)
+    return steps
 
 
 def seats(config: Config, queue: int | None = None) -> int:
@@ -566,7 +612,7 @@ def star_fits_steps(config: Config, drain: int, queue: int | None = None, *, max
     """E of the module docstring (`star_fits`; `drain` is D): from a step that
     starts with r* waiting, a seat free and a LoRA slot free, r* is admitted
     within E steps, that step included: 1 where capacity admits it at once
-    (`capacity_admits_star`); k (floor((N - 1) W / T) + 1) where KV is
+    (`capacity_admits_star`); k (F(N - 1) + 1) where KV is
     unlimited, prefill is chunked and scheduling synchronous or not
     throttled (k = 1) (each step that
     does not admit it is budget-starved by the at most N - 1 running
@@ -576,7 +622,8 @@ def star_fits_steps(config: Config, drain: int, queue: int | None = None, *, max
         return 1
     if config.kv_blocks is None and config.chunked_prefill and (
             not config.async_scheduling or config.prefill_schedule_interval == 1):
-        starved = starved_steps(config, seats(config, queue) - 1, max_prompt + max_output - 1)
+        starved = starved_steps(config, seats(config, queue) - 1, max_prompt=max_prompt,
+                                work=max_prompt + max_output - 1, queue=queue)
         return config.prefill_schedule_interval * (starved + 1)
     return drain + 1
 
@@ -632,12 +679,13 @@ def queue_order_applies(config: Config, queue: int | None = None) -> bool:
 def queue_order_steps(config: Config, *, queue: int, waiting: int, max_prompt: int, max_output: int) -> int:
     """B_queue of the module docstring, where `queue_order_applies`: with M =
     min(Qw - 1 + N, Q - 1) requests ahead, floor(M D / N) steps with every
-    seat taken, floor(M W / T) that spend the budget, k - 1 deferred."""
+    seat taken, F(M) (`starved_steps`) that spend the budget, k - 1 deferred."""
     n = seats(config, queue)
     ahead = ahead_of(config, queue=queue, waiting=waiting)
     drain = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     full = ahead * drain // n if ahead else 0  # Q = 0 (N = 0): nobody ever waited
-    return full + starved_steps(config, ahead, max_prompt + max_output - 1) + config.prefill_schedule_interval - 1
+    starved = starved_steps(config, ahead, max_prompt=max_prompt, work=max_prompt + max_output - 1, queue=queue)
+    return full + starved + config.prefill_schedule_interval - 1
 
 
 def heads_apply(config: Config, queue: int | None = None) -> bool:

@@ -239,19 +239,45 @@ class VllmMachine(PolicyMachine):
 def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_prompt: int, max_output: int,
                     queue: int, victim_since: dict) -> str | None:
     """The lemmas of `policy.fair`'s bound, checked after step `step` (`rec`)
-    of a fair run (`guard_lemma_violation`), then, where every scan admits a
+    of a fair run: D0's (`stay_violation`), the guards' (`guard_lemma_violation`), then, where every scan admits a
     prefix of the queue (`queue_order_applies`), those of B_queue
     (`queue_lemma_violation`), and, where requests are first admitted in
     arrival order (`heads_apply`), those of B_heads (`heads_lemma_violation`).
     None, or the broken lemma."""
-    broken = guard_lemma_violation(sched, rec, step, star0, max_prompt=max_prompt, max_output=max_output,
-                                   queue=queue, victim_since=victim_since)
+    broken = stay_violation(sched, rec, step, victim_since.setdefault("stay", {}),
+                            non_decode_steps(sched.config, max_prompt=max_prompt, max_output=max_output, queue=queue))
+    if broken is None:
+        broken = guard_lemma_violation(sched, rec, step, star0, max_prompt=max_prompt, max_output=max_output,
+                                       queue=queue, victim_since=victim_since)
     if broken is None and queue_order_applies(sched.config, queue):
         broken = queue_lemma_violation(sched, rec, step, victim_since.setdefault("deferred", {}))
     if broken is None and heads_apply(sched.config, queue):
         broken = heads_lemma_violation(sched, rec, step, victim_since.setdefault("head", {}),
                                        head_steps(sched.config, max_prompt=max_prompt, max_output=max_output))
     return broken
+
+
+def stay_violation(sched: Scheduler, rec, step: int, stays: dict, d0: int) -> str | None:
+    """D0's lemma (`policy.fair`, `non_decode_steps`), checked after step
+    `step`: a request admitted with o outputs left stays in `running` at
+    most D0 + o - 1 steps, the step that admits it included (`stays`:
+    request -> (the step it was admitted, o); key None: request -> its
+    outputs when the last step ended, for those waiting)."""
+    reqs, seen = sched.state.reqs, stays.setdefault(None, {})
+    for rid in rec.admitted:
+        stays[rid] = (step, reqs[rid].req.max_tokens - seen.get(rid, 0))
+    for rid in [*rec.running, *rec.admitted]:
+        if rid not in stays:
+            continue
+        since, left = stays[rid]
+        if step - since + 1 > d0 + left - 1:
+            return (f"stay: {rid}, admitted at step {since} with {left} outputs left, is in `running` at step "
+                    f"{step}: {step - since + 1} steps > D0 + o - 1 = {d0 + left - 1}")
+        if rid not in sched.state.running:
+            del stays[rid]
+    seen.clear()
+    seen.update((rid, reqs[rid].generated) for rid in sched.state.waiting)
+    return None
 
 
 def heads_lemma_violation(sched: Scheduler, rec, step: int, tenure: dict, allowance: int) -> str | None:
@@ -855,16 +881,16 @@ ASYNC_STAR_FITS = (
 
 
 def test_star_fits_holds_under_async_scheduling_without_a_throttle(monkeypatch: pytest.MonkeyPatch):
-    """E = floor((N - 1) W / T) + 1 under async scheduling with k = 1 (the
+    """E = F(N - 1) + 1 under async scheduling with k = 1 (the
     seventh restatement; D + 1 before): with nothing preempted r* has no
     output in flight, so only the budget stops it. On this run (a one-token
-    budget) E is 45, where D + 1 is 87; every lemma holds, and an r* waits
+    budget) E is 45, where D + 1 is 86; every lemma holds, and an r* waits
     22 steps with a seat and a slot free, so an E planted at 21 fires
     `star_fits`."""
     cfg, reqs = ASYNC_STAR_FITS
     q, p, o = len(reqs), max(r.prompt_tokens for r in reqs), max(r.max_tokens for r in reqs)
     d = drain_steps(cfg, max_prompt=p, max_output=o, queue=q)
-    assert cap_can_block(cfg, q) and (star_fits_steps(cfg, d, q, max_prompt=p, max_output=o), d + 1) == (45, 87)
+    assert cap_can_block(cfg, q) and (star_fits_steps(cfg, d, q, max_prompt=p, max_output=o), d + 1) == (45, 86)
     assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
     monkeypatch.setattr(sys.modules[__name__], "star_fits_steps", lambda *a, **k: 22)
     assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
@@ -875,7 +901,7 @@ def test_star_fits_holds_under_async_scheduling_without_a_throttle(monkeypatch: 
 
 # Found by an adversary's search against the sixth restatement of B (2026-12-04):
 # runs where r* gets in on exactly the E-th step after a seat and a slot free,
-# one with no throttle (E = floor((N - 1) W / T) + 1 = 8) and one under 0.33's
+# one with no throttle (E = F(N - 1) + 1 = 8) and one under 0.33's
 # prefill cadence of 4 (E = k = 4).
 STAR_FITS_TIGHT = {
     "budget": (Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=5, block_size=1, queue="priority",
@@ -922,8 +948,8 @@ THROTTLED_CHUNKS_CASE = (Config(max_loras=1, max_num_seqs=2, max_num_batched_tok
 
 def test_d0_counts_the_throttle_before_every_budget_starved_step(monkeypatch: pytest.MonkeyPatch):
     """D0 charges the DP throttle's k - 1 deferred steps before every step
-    that schedules a prefill, budget-starved ones included: k (floor(N W /
-    T) + chunks). Here r46's 48-token prompt is admitted with 5 tokens and
+    that schedules a prefill, budget-starved ones included: k (F + chunks)
+    (F = floor(N W / T) here: KV is finite). Here r46's 48-token prompt is admitted with 5 tokens and
     then gets 14 a step, each after three throttled steps, so it stays 32
     steps in `running`; D0 as it was (floor(N W / T) + k chunks = 12, D =
     27) let `quiet_guard` fire (r63 chosen at 12 and still waiting after
@@ -945,6 +971,65 @@ def test_d0_counts_the_throttle_before_every_budget_starved_step(monkeypatch: py
                         old_d0(config, max_prompt=max_prompt, max_output=max_output, queue=queue) + max_output - 1)
     broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
     assert broken is not None and broken.startswith("quiet_guard: r* r63 chosen at 12"), broken
+
+
+# Found by a random search against the ninth restatement of B (2026-12-06): one
+# seat, a 5-token budget, async scheduling, KV unlimited. r1's 8-token prompt
+# takes a budget-starved step (5 tokens) and a chunk (3), then 8 decodes, then
+# the step in which it is skipped as sure to finish: 11 steps = D0 + o - 1.
+STAY_ASYNC_CASE = (Config(max_loras=2, max_num_seqs=1, max_num_batched_tokens=5, block_size=4,
+                          async_scheduling=True, starvation_steps=3, vllm="0.32", policy="fair"),
+                   [Request("r0", 0, 1, 29, 12), Request("r1", 0, 8, 9, 22)])
+
+# Found by a random search against the ninth restatement of B (2026-12-06): two
+# seats, three KV blocks, the priority queue (one priority). At step 51 r5,
+# ahead of r3 in `running` but the later arrival, cannot grow, preempts
+# itself and so ends the running loop: r3 is left out of that step.
+STAY_SELF_PREEMPT_CASE = (Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=127, chunked_prefill=False,
+                                 kv_blocks=3, block_size=16, queue="priority", async_scheduling=True,
+                                 starvation_steps=8, vllm="0.32", policy="fair"),
+                          [Request("r0", 2, 8, 8, 1), Request("r1", 2, 23, 20, 17), Request("r2", 0, 28, 14, 8),
+                           Request("r3", 2, 3, 17, 24), Request("r4", 1, 33, 1, 13), Request("r5", 0, 12, 6, 30)])
+
+
+def test_d0_is_reached_under_async_scheduling_with_kv_unlimited(monkeypatch: pytest.MonkeyPatch):
+    """D0 is tight where its ninth restatement is new: KV unlimited, so F =
+    floor(N P / (T - N + 1)) = 1 (floor(N W / T) is 7), and async
+    scheduling adds 1 (it added 2): D0 = 3, where it was 10. Every lemma
+    holds, r1 stays exactly D0 + o - 1 = 11 steps in `running`, and D0 one
+    smaller fires `stay`."""
+    cfg, reqs = STAY_ASYNC_CASE
+    p, o, q = max(r.prompt_tokens for r in reqs), max(r.max_tokens for r in reqs), len(reqs)
+    assert non_decode_steps(cfg, max_prompt=p, max_output=o, queue=q) == 3
+    assert fair_starved_w(cfg, q, p, o) == 7
+    assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
+    real = non_decode_steps
+    monkeypatch.setattr(sys.modules[__name__], "non_decode_steps", lambda *a, **k: real(*a, **k) - 1)
+    broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
+    assert broken is not None and broken.startswith("stay: r1, admitted at step 42 with 9 outputs left"), broken
+
+
+def fair_starved_w(cfg: Config, queue: int, p: int, o: int) -> int:
+    """D0's budget term as it was before the ninth restatement, floor(N W / T)."""
+    from lora_sched.policy.fair import seats
+
+    return seats(cfg, queue) * (p + o - 1) // cfg.max_num_batched_tokens
+
+
+def test_d0_counts_a_request_ahead_that_preempts_itself(monkeypatch: pytest.MonkeyPatch):
+    """e = N - 1 where KV can run out under the priority queue: every lemma
+    holds on a run where r5, ahead of r3, preempts itself at step 51 and
+    leaves r3 out of it; without e (D0 one smaller here, N = 2) r3 stays 9
+    steps with 7 outputs left, and `stay` fires."""
+    from lora_sched.policy.fair import left_out_steps
+
+    cfg, reqs = STAY_SELF_PREEMPT_CASE
+    assert left_out_steps(cfg, len(reqs)) == 1
+    assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
+    real = non_decode_steps
+    monkeypatch.setattr(sys.modules[__name__], "non_decode_steps", lambda *a, **k: real(*a, **k) - 1)
+    broken = _first_broken_lemma(cfg, reqs, make_gate("fair"))
+    assert broken is not None and broken.startswith("stay: r3, admitted at step 46 with 7 outputs left"), broken
 
 
 # One LoRA slot, one KV block, four seats: three requests of three adapters
@@ -1015,7 +1100,7 @@ def test_deferrals_monitor_fires_when_the_throttle_ignores_requests_waiting_for_
 
 def test_b_queue_without_the_requests_running_ahead_is_broken(monkeypatch: pytest.MonkeyPatch):
     """B_queue can fail: counting only the requests waiting ahead of r (M =
-    Qw - 1), not those running when it arrives, gives 169 on `adv-fair-bound`
+    Qw - 1), not those running when it arrives, gives 168 on `adv-fair-bound`
     (max_loras 4, one seat, so every scan admits a prefix), where fair's
     worst wait is 195; the real B_queue, 197, holds there (B is B_heads,
     196, the smaller)."""
@@ -1040,13 +1125,14 @@ def test_b_queue_without_the_requests_running_ahead_is_broken(monkeypatch: pytes
     def waiting_only(config, *, queue, waiting, max_prompt, max_output):
         n, ahead = seats(config, queue), max(0, waiting - 1)
         d = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
-        return ahead * d // n + starved_steps(config, ahead, max_prompt + max_output - 1) + \
+        return ahead * d // n + starved_steps(config, ahead, max_prompt=max_prompt,
+                                              work=max_prompt + max_output - 1, queue=queue) + \
             config.prefill_schedule_interval - 1
 
     monkeypatch.setattr(fair, "queue_order_steps", waiting_only)
     planted = observed_bound(cfg, reqs, result.records)
     broken = bounded_wait(states, last, planted)
-    assert planted == 169 and broken is not None and "waited 195 steps > B = 169" in broken.message, broken
+    assert planted == 168 and broken is not None and "waited 195 steps > B = 168" in broken.message, broken
 
 
 def test_b_queue_of_a_run_where_nobody_was_ever_present_is_zero():

@@ -239,8 +239,9 @@ class VllmMachine(PolicyMachine):
 def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_prompt: int, max_output: int,
                     queue: int, victim_since: dict) -> str | None:
     """The lemmas of `policy.fair`'s bound, checked after step `step` (`rec`)
-    of a fair run: D0's (`stay_violation`), the guards' (`guard_lemma_violation`), then, where every scan admits a
-    prefix of the queue (`queue_order_applies`), those of B_queue
+    of a fair run: D0's (`stay_violation`), the guards'
+    (`guard_lemma_violation`), then, where every scan admits a prefix of
+    the queue (`queue_order_applies`), those of B_queue
     (`queue_lemma_violation`), and, where requests are first admitted in
     arrival order (`heads_apply`), those of B_heads (`heads_lemma_violation`).
     None, or the broken lemma."""
@@ -949,12 +950,12 @@ THROTTLED_CHUNKS_CASE = (Config(max_loras=1, max_num_seqs=2, max_num_batched_tok
 def test_d0_counts_the_throttle_before_every_budget_starved_step(monkeypatch: pytest.MonkeyPatch):
     """D0 charges the DP throttle's k - 1 deferred steps before every step
     that schedules a prefill, budget-starved ones included: k (F + chunks)
-    (F = floor(N W / T) here: KV is finite). Here r46's 48-token prompt is admitted with 5 tokens and
-    then gets 14 a step, each after three throttled steps, so it stays 32
-    steps in `running`; D0 as it was (floor(N W / T) + k chunks = 12, D =
-    27) let `quiet_guard` fire (r63 chosen at 12 and still waiting after
-    step 41, with nobody admitted in between). With D0 = 36 every lemma
-    holds."""
+    (F = floor(N W / T) here: KV is finite). Here r46's 48-token prompt is
+    admitted with 5 tokens and then gets 14 a step, each after three
+    throttled steps, so it stays 32 steps in `running`; D0 as it was
+    (floor(N W / T) + k chunks = 12, D = 27) let `quiet_guard` fire (r63
+    chosen at 12 and still waiting after step 41, with nobody admitted in
+    between). With D0 = 36 every lemma holds."""
     import lora_sched.policy.fair as fair
 
     cfg, reqs = THROTTLED_CHUNKS_CASE
@@ -1001,7 +1002,7 @@ def test_d0_is_reached_under_async_scheduling_with_kv_unlimited(monkeypatch: pyt
     cfg, reqs = STAY_ASYNC_CASE
     p, o, q = max(r.prompt_tokens for r in reqs), max(r.max_tokens for r in reqs), len(reqs)
     assert non_decode_steps(cfg, max_prompt=p, max_output=o, queue=q) == 3
-    assert fair_starved_w(cfg, q, p, o) == 7
+    assert _budget_term_before_f(cfg, q, p, o) == 7
     assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
     real = non_decode_steps
     monkeypatch.setattr(sys.modules[__name__], "non_decode_steps", lambda *a, **k: real(*a, **k) - 1)
@@ -1009,7 +1010,7 @@ def test_d0_is_reached_under_async_scheduling_with_kv_unlimited(monkeypatch: pyt
     assert broken is not None and broken.startswith("stay: r1, admitted at step 42 with 9 outputs left"), broken
 
 
-def fair_starved_w(cfg: Config, queue: int, p: int, o: int) -> int:
+def _budget_term_before_f(cfg: Config, queue: int, p: int, o: int) -> int:
     """D0's budget term as it was before the ninth restatement, floor(N W / T)."""
     from lora_sched.policy.fair import seats
 

@@ -50,6 +50,7 @@ from lora_sched.policy.fair import (
     guard_steps,
     head_steps,
     heads_apply,
+    left_out_steps,
     non_decode_steps,
     observed_bound,
     queue_order_applies,
@@ -57,6 +58,7 @@ from lora_sched.policy.fair import (
     star_fits_steps,
     star_victim_steps,
     starvation_window,
+    starved_steps,
     unscanned_steps,
     victim_steps,
     workload_bound,
@@ -1002,7 +1004,7 @@ def test_d0_is_reached_under_async_scheduling_with_kv_unlimited(monkeypatch: pyt
     cfg, reqs = STAY_ASYNC_CASE
     p, o, q = max(r.prompt_tokens for r in reqs), max(r.max_tokens for r in reqs), len(reqs)
     assert non_decode_steps(cfg, max_prompt=p, max_output=o, queue=q) == 3
-    assert _budget_term_before_f(cfg, q, p, o) == 7
+    assert starved_steps(cfg, 1, max_prompt=p, work=p + o - 1, queue=q) == 1
     assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
     real = non_decode_steps
     monkeypatch.setattr(sys.modules[__name__], "non_decode_steps", lambda *a, **k: real(*a, **k) - 1)
@@ -1010,20 +1012,11 @@ def test_d0_is_reached_under_async_scheduling_with_kv_unlimited(monkeypatch: pyt
     assert broken is not None and broken.startswith("stay: r1, admitted at step 42 with 9 outputs left"), broken
 
 
-def _budget_term_before_f(cfg: Config, queue: int, p: int, o: int) -> int:
-    """D0's budget term as it was before the ninth restatement, floor(N W / T)."""
-    from lora_sched.policy.fair import seats
-
-    return seats(cfg, queue) * (p + o - 1) // cfg.max_num_batched_tokens
-
-
 def test_d0_counts_a_request_ahead_that_preempts_itself(monkeypatch: pytest.MonkeyPatch):
     """e = N - 1 where KV can run out under the priority queue: every lemma
     holds on a run where r5, ahead of r3, preempts itself at step 51 and
     leaves r3 out of it; without e (D0 one smaller here, N = 2) r3 stays 9
     steps with 7 outputs left, and `stay` fires."""
-    from lora_sched.policy.fair import left_out_steps
-
     cfg, reqs = STAY_SELF_PREEMPT_CASE
     assert left_out_steps(cfg, len(reqs)) == 1
     assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
@@ -1107,7 +1100,7 @@ def test_b_queue_without_the_requests_running_ahead_is_broken(monkeypatch: pytes
     196, the smaller)."""
     from lora_sched.bench.families import FAMILY_DIR, load
     from lora_sched.policy import fair
-    from lora_sched.policy.fair import seats, starved_steps
+    from lora_sched.policy.fair import seats
     from lora_sched.spec.properties import bounded_wait
     from lora_sched.spec.state import peak_present, peak_waiting
 

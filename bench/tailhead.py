@@ -24,6 +24,16 @@ head the `max_loras` lowest adapter numbers that sent a request, tail the
 bottom half (`bench.realistic.head_tail`); throughput against `vllm` is the
 ratio of makespans in steps (`vllm`'s / the schedule's).
 
+The same search shows where issue 20's other realistic goal, that fair
+*dominate* the drainer, the time slice and VTC on (tail/head, throughput)
+(`bench.popularity.dominates`), cannot be met: a schedule dominates all
+three at once only if it finishes by the earliest of their last steps with
+a tail/head no larger than the least of theirs. `Frontier.field_best` is
+the smallest tail/head of the schedules that finish by then (no wait
+limit); where it exceeds the field's least tail/head, no schedule of the
+abstraction below, and so no rule that admits without preempting, dominates
+the field on that instance (throughput in steps, this module's measure).
+
 Search: step by step over every admission choice (breadth first); states
 that agree on the running requests (adapter, steps left, head/tail group)
 and the set admitted are merged, each keeping the Pareto set of (tail wait
@@ -39,7 +49,7 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from lora_sched.bench.optimum import AbstractionError, check_abstraction, inside_abstraction, small_mutate
-from lora_sched.bench.popularity import head_tail, tail_head_ratio
+from lora_sched.bench.popularity import FIELD, dominates, head_tail, tail_head_ratio
 from lora_sched.policy.driver import Workload, run
 from lora_sched.spec.cap import cap_blocks
 from lora_sched.spec.config import Config
@@ -154,6 +164,20 @@ class Frontier:
     rows: list[tuple[float, bool, float | None]]  # (throughput floor, max wait <= vllm's, best tail/head)
     at_policy: dict[str, float | None]  # best tail/head at the policy's own makespan, max wait <= vllm's
     vllm_inside: float | None  # the optimum under vllm's own makespan and max wait (<= vllm's tail/head)
+    # the best tail/head of the schedules as fast as every policy of FIELD (no wait limit); None when
+    # `policies` leaves one of them out
+    field_best: float | None = None
+
+    def field_least(self) -> str:
+        """The policy of FIELD with the least tail/head."""
+        return min(FIELD, key=lambda p: self.points[p].tail_head)
+
+    def field_dominated(self) -> bool | None:
+        """Whether some schedule dominates every policy of FIELD at once (None: not searched)."""
+        if self.field_best is None:
+            return None
+        # throughput 1.0 on both sides: finishing by the fastest's last step is as fast as each of them
+        return dominates(self.field_best, 1.0, self.points[self.field_least()].tail_head, 1.0)
 
 
 def frontier(cfg: Config, reqs: list[Request], *, floors: tuple[float, ...] = (1.0, 0.97, 0.9, 0.8),
@@ -178,7 +202,14 @@ def frontier(cfg: Config, reqs: list[Request], *, floors: tuple[float, ...] = (1
                                                        max_wait=v.max_wait if capped else None)))
     at = {p: best_tail_head(cfg, reqs, last_step=max(pt.last_step, v.last_step), max_wait=v.max_wait)
           for p, pt in pts.items()}
-    return Frontier(v, pts, rows, at, inside)
+    field_best = None
+    if all(p in pts for p in FIELD):
+        fastest = min((pts[p] for p in FIELD), key=lambda pt: (pt.last_step, pt.tail_head))
+        field_best = best_tail_head(cfg, reqs, last_step=fastest.last_step, max_wait=None)
+        if field_best is None or field_best > fastest.tail_head + 1e-9:
+            raise AssertionError(f"{fastest.policy}'s own schedule (tail/head {fastest.tail_head:.3f}) is not in "
+                                 f"the tree (optimum by its last step: {field_best})")
+    return Frontier(v, pts, rows, at, inside, field_best)
 
 
 def floor_last_step(start: int, span: int, floor: float) -> int:
@@ -291,14 +322,19 @@ def report_lines(name: str, f: Frontier) -> list[str]:
         lines.append(f"  best tail/head of any schedule at throughput >= {floor:.2f}"
                      f"{', max wait <= vllm' + chr(39) + 's' if capped else ''}: "
                      f"{'none' if best is None else f'{best:.2f}'}")
+    if f.field_best is not None:
+        least = f.field_least()
+        lines.append(f"  best tail/head of any schedule as fast as {', '.join(FIELD)} all: {f.field_best:.2f} "
+                     f"(least of theirs: {least} {f.points[least].tail_head:.2f})")
     return lines
 
 
 def report() -> list[tuple[str, bool, str]]:
     """Print each instance's frontier; returns, per instance, whether the
     three goals (tail/head <= 2, throughput >= 0.97, max wait <= vllm's)
-    conflict on it, i.e. no schedule meets them together."""
-    out = []
+    conflict on it, i.e. no schedule meets them together, and then, per
+    instance, whether no schedule dominates the field (`FIELD`) at once."""
+    out, field = [], []
     for name in INSTANCES:
         cfg, reqs = instance(name)
         f = frontier(cfg, reqs)
@@ -308,7 +344,12 @@ def report() -> list[tuple[str, bool, str]]:
         out.append((name, best is None or best > 2.0,
                     f"vllm {f.vllm.tail_head:.2f}; best of any schedule {best:.2f}; "
                     f"fair {f.points['fair'].tail_head:.2f} at {f.points['fair'].throughput:.3f}"))
-    return out
+        least = f.field_least()
+        fastest = min(FIELD, key=lambda p: f.points[p].last_step)
+        field.append((f"{name}, dominating {', '.join(FIELD)}", not f.field_dominated(),
+                      f"as fast as {fastest} ({f.points[fastest].throughput:.3f}) the best tail/head is "
+                      f"{f.field_best:.2f}, {least}'s {f.points[least].tail_head:.2f}"))
+    return out + field
 
 
 def main(argv: list[str] | None = None) -> int:

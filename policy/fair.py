@@ -81,7 +81,7 @@ admitting scans, so slots would switch k times as often per admission as
 without the throttle (v11 counted S in steps; fresh hill climbs in the
 throttle space found it below issue 20's adversarial goal on 19 of 80,
 down to 0.593 of vllm's throughput).
-The rule's history (v1-v11: what each added or dropped, and why) is in
+The rule's history (v1-v12: what each added or dropped, and why) is in
 `docs/fair-history.md`.
 
 Bound. Let P be the largest prompt, L the largest `max_tokens`,

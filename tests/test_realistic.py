@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import pytest
 from lora_sched.bench import realistic as R
+from lora_sched.bench.popularity import dominates
 
 
 def test_the_mix_has_the_shape_it_claims():
@@ -83,3 +84,27 @@ def test_goals_can_fail(monkeypatch):
     verdicts = dict((g, met) for g, met, _ in R.goals(bad))
     assert not verdicts["max wait never above vllm's"]
     assert not verdicts["throughput >= 0.97 of vllm everywhere"]
+
+
+def _row(point: str, tail_head: float, ratio_s: float, mx: int = 10) -> dict:
+    return {"workload": "real99-A4", "design": True, "point": point, "tail_head": tail_head, "ratio_s": ratio_s,
+            "max": mx}
+
+
+def test_dominates_is_the_issues_goal_by_hand():
+    """fair must be no worse than each of the field on both tail/head and
+    throughput (a tie counts for fair), not merely left undominated."""
+    rows = [_row("vllm", 4.0, 1.0), _row("fair S=16", 2.0, 1.0), _row("drainer S=16", 2.0, 1.0),
+            _row("timeslice S=16", 3.0, 1.01), _row("vtc", 1.0, 1.1)]
+    verdicts = {g: (met, fig) for g, met, fig in R.goals(rows)}
+    assert verdicts["fair dominates drainer on (tail/head, throughput)"][0]  # equal points
+    met, fig = verdicts["fair dominates timeslice on (tail/head, throughput)"]
+    assert not met and "dominates on 0 of 1" in fig and "dominated by it on 0" in fig  # faster, worse tail/head
+    met, fig = verdicts["fair dominates vtc on (tail/head, throughput)"]
+    assert not met and "dominated by it on 1" in fig
+
+
+def test_dominates_by_hand():
+    assert dominates(2.0, 1.0, 2.0, 1.0) and dominates(1.9, 1.01, 2.0, 1.0)
+    assert not dominates(2.1, 1.5, 2.0, 1.0) and not dominates(1.0, 0.99, 2.0, 1.0)
+    assert dominates(2.0 * (1 + 1e-12), 1.0, 2.0, 1.0)  # float order of one schedule's figures

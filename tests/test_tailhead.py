@@ -4,12 +4,14 @@ The search is checked on an instance solved by hand, against `vllm`'s own
 schedule (which must be one of its paths), and on the instances kept in
 `bench.tailhead.INSTANCES`, where it shows that issue 20's three realistic
 goals (tail/head <= 2 where vllm's exceeds 3, throughput >= 0.97, max wait
-<= vllm's) cannot all be met by any schedule.
+<= vllm's) cannot all be met by any schedule, and on one of them that no
+schedule dominates the drainer, the time slice and VTC at once.
 """
 
 from __future__ import annotations
 
 import pytest
+from lora_sched.bench.popularity import FIELD
 from lora_sched.bench.tailhead import INSTANCES, best_tail_head, frontier, instance, popular
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
@@ -54,3 +56,21 @@ def test_the_goals_conflict_on_the_kept_instances(name: str) -> None:
     assert f.vllm.tail_head > 3
     best = dict(((fl, capped), b) for fl, capped, b in f.rows)[(0.97, True)]
     assert best is not None and best > 2.0
+
+
+def test_no_schedule_dominates_the_field_on_the_throughput_instance() -> None:
+    """Issue 20's "fair dominates the drainer, the time slice and VTC": on
+    the kept `throughput` instance the drainer runs vllm's schedule (the only
+    one at full throughput, tail/head 11.5) and VTC reaches 1.17 slower, so a
+    schedule dominating both would need tail/head <= 1.17 at full throughput:
+    none exists. On `max-wait` one does (the head delayed, no wait limit), so
+    the check answers both ways. `frontier` asserts that the fastest of the
+    field's own schedules is in the tree."""
+    f = frontier(*instance("throughput"), floors=(1.0,))
+    assert f.points["drainer"].throughput == 1.0 and f.points["vtc"].tail_head < 2.0
+    assert f.field_best is not None and f.field_best > f.points["vtc"].tail_head
+    assert f.field_dominated() is False
+    g = frontier(*instance("max-wait"), floors=(1.0,))
+    assert g.field_dominated() is True and g.field_best is not None
+    assert g.field_best <= min(g.points[p].tail_head for p in FIELD)
+    assert frontier(*instance("throughput"), floors=(1.0,), policies=("fair",)).field_dominated() is None

@@ -32,7 +32,12 @@ a tail/head no larger than the least of theirs. `Frontier.field_best` is
 the smallest tail/head of the schedules that finish by then (no wait
 limit); where it exceeds the field's least tail/head, no schedule of the
 abstraction below, and so no rule that admits without preempting, dominates
-the field on that instance (throughput in steps, this module's measure).
+the field on that instance, in steps (this module's throughput). It holds in
+cost-model seconds too (the grid's throughput, `policy.costmodel`) where
+`seconds_follow_steps`: every schedule of the abstraction computes the same
+tokens and schedules the same sequences in all, so a run's duration is its
+steps x t0 plus k_lora per adapter-step plus a constant, and one more step
+(t0) costs more than the adapter term can save (k_lora x max_loras a step).
 
 Search: step by step over every admission choice (breadth first); states
 that agree on the running requests (adapter, steps left, head/tail group)
@@ -50,6 +55,8 @@ from itertools import combinations
 
 from lora_sched.bench.optimum import AbstractionError, check_abstraction, inside_abstraction, small_mutate
 from lora_sched.bench.popularity import FIELD, dominates, head_tail, tail_head_ratio
+from lora_sched.policy.costmodel import DEFAULT as DEFAULT_MODEL
+from lora_sched.policy.costmodel import CostModel
 from lora_sched.policy.driver import Workload, run
 from lora_sched.spec.cap import cap_blocks
 from lora_sched.spec.config import Config
@@ -212,6 +219,14 @@ def frontier(cfg: Config, reqs: list[Request], *, floors: tuple[float, ...] = (1
     return Frontier(v, pts, rows, at, inside, field_best)
 
 
+def seconds_follow_steps(cfg: Config, span: int, model: CostModel = DEFAULT_MODEL) -> bool:
+    """Whether, in this abstraction, a schedule as fast in cost-model seconds
+    as one of `span` steps cannot take more steps: a longer one pays t0 for
+    each extra step and saves at most k_lora x `max_loras` on each of the
+    `span` steps (the same tokens and sequences are computed in all)."""
+    return model.t0 > model.k_lora * cfg.max_loras * span
+
+
 def floor_last_step(start: int, span: int, floor: float) -> int:
     """The latest last step at >= `floor` of the throughput of a `span`-step run from `start`."""
     return start + int(span / floor + 1e-9) - 1
@@ -346,9 +361,11 @@ def report() -> list[tuple[str, bool, str]]:
                     f"fair {f.points['fair'].tail_head:.2f} at {f.points['fair'].throughput:.3f}"))
         least = f.field_least()
         fastest = min(FIELD, key=lambda p: f.points[p].last_step)
+        span = f.points[fastest].last_step - min(r.arrival for r in reqs) + 1
         field.append((f"{name}, dominating {', '.join(FIELD)}", not f.field_dominated(),
                       f"as fast as {fastest} ({f.points[fastest].throughput:.3f}) the best tail/head is "
-                      f"{f.field_best:.2f}, {least}'s {f.points[least].tail_head:.2f}"))
+                      f"{f.field_best:.2f}, {least}'s {f.points[least].tail_head:.2f}; in cost-model seconds "
+                      f"too: {'yes' if seconds_follow_steps(cfg, span) else 'not shown'}"))
     return out + field
 
 

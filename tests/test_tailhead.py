@@ -10,9 +10,13 @@ schedule dominates the drainer, the time slice and VTC at once.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from lora_sched.bench.popularity import FIELD
-from lora_sched.bench.tailhead import INSTANCES, best_tail_head, frontier, instance, popular
+from lora_sched.bench.simulate import simulate_policy
+from lora_sched.bench.tailhead import INSTANCES, best_tail_head, frontier, instance, popular, seconds_follow_steps
+from lora_sched.policy.costmodel import DEFAULT
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
 
@@ -74,3 +78,32 @@ def test_no_schedule_dominates_the_field_on_the_throughput_instance() -> None:
     assert g.field_dominated() is True and g.field_best is not None
     assert g.field_best <= min(g.points[p].tail_head for p in FIELD)
     assert frontier(*instance("throughput"), floors=(1.0,), policies=("fair",)).field_dominated() is None
+
+
+def test_seconds_follow_steps_by_hand() -> None:
+    """One more step costs t0 = 24.7 ms; the adapter term saves at most
+    0.5 ms x max_loras a step, so for 1 slot over 13 steps (6.5 ms) seconds
+    follow steps, and for 4 slots over 20 steps (40 ms) they may not."""
+    cfg, _ = instance("throughput")
+    assert seconds_follow_steps(cfg, 13)
+    assert not seconds_follow_steps(replace(cfg, max_loras=4), 20)
+
+
+def test_every_policy_computes_the_same_tokens_and_sequences() -> None:
+    """The premise of `seconds_follow_steps`, on the policies' own runs of
+    the kept instances: the total tokens and scheduled sequences are the same
+    whatever the schedule, so a run's cost-model duration is its steps x t0
+    plus k_lora per adapter-step plus one constant, and it is checked against
+    the cost model's own duration."""
+    for name in INSTANCES:
+        cfg, reqs = instance(name)
+        start = min(r.arrival for r in reqs)
+        totals, consts = set(), set()
+        for policy in ("vllm",) + FIELD + ("fair", "blocking"):
+            run = simulate_policy(cfg, reqs, policy)
+            feats = run.timeline.features
+            totals.add((sum(f.tokens for f in feats), sum(f.seqs for f in feats)))
+            steps = run.result.last_step - start + 1
+            rest = run.block["duration_s"] - steps * DEFAULT.t0 - DEFAULT.k_lora * sum(f.adapters for f in feats)
+            consts.add(round(rest, 12))
+        assert len(totals) == 1 and len(consts) == 1, (name, totals, consts)

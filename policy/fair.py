@@ -541,7 +541,7 @@ def non_decode_steps(config: Config, *, max_prompt: int, max_output: int, queue:
     work = max_prompt + max_output - 1
     c = config.long_prefill_token_threshold
     chunks = -(-work // c) if c > 0 else 1
-    starved = starved_steps(config, seats(config, queue), max_prompt=max_prompt, work=work, queue=queue)
+    starved = starved_steps(config, seats(config, queue), max_prompt=max_prompt, max_output=max_output, queue=queue)
     return (config.prefill_schedule_interval * (starved + chunks + left_out_steps(config, queue))
             + (1 if config.async_scheduling else 0))
 
@@ -557,10 +557,12 @@ def left_out_steps(config: Config, queue: int | None = None) -> int:
     return max(0, seats(config, queue) - 1)
 
 
-def starved_steps(config: Config, requests: int, *, max_prompt: int, work: int, queue: int | None = None) -> int:
+def starved_steps(config: Config, requests: int, *, max_prompt: int, max_output: int,
+                  queue: int | None = None) -> int:
     """F of the module docstring with `requests` requests in place of N: the
-    most budget-starved steps that many requests, needing at most `work`
-    tokens each (W), can cause while nobody joins them. Each such step spends
+    most budget-starved steps that many requests, needing at most W =
+    `max_prompt` + `max_output` - 1 tokens each, can cause while nobody
+    joins them. Each such step spends
     the whole budget T of the at most `requests` * W tokens they need:
     floor(`requests` W / T). Where KV is unlimited nothing is preempted, so
     each prefills at most P tokens, and such a step holds at most N - 1
@@ -569,7 +571,7 @@ def starved_steps(config: Config, requests: int, *, max_prompt: int, work: int, 
     is fewer. D0 takes N of them; `star_fits` the N - 1 beside r*; B_queue
     the M ahead of r."""
     t = config.max_num_batched_tokens
-    steps = requests * work // t
+    steps = requests * (max_prompt + max_output - 1) // t
     spare = t - seats(config, queue) + 1  # prefill tokens a budget-starved step spends at least
     if config.kv_blocks is None and spare > 0:
         steps = min(steps, requests * max_prompt // spare)
@@ -622,8 +624,8 @@ def star_fits_steps(config: Config, drain: int, queue: int | None = None, *, max
         return 1
     if config.kv_blocks is None and config.chunked_prefill and (
             not config.async_scheduling or config.prefill_schedule_interval == 1):
-        starved = starved_steps(config, seats(config, queue) - 1, max_prompt=max_prompt,
-                                work=max_prompt + max_output - 1, queue=queue)
+        starved = starved_steps(config, seats(config, queue) - 1, max_prompt=max_prompt, max_output=max_output,
+                                queue=queue)
         return config.prefill_schedule_interval * (starved + 1)
     return drain + 1
 
@@ -684,7 +686,7 @@ def queue_order_steps(config: Config, *, queue: int, waiting: int, max_prompt: i
     ahead = ahead_of(config, queue=queue, waiting=waiting)
     drain = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
     full = ahead * drain // n if ahead else 0  # Q = 0 (N = 0): nobody ever waited
-    starved = starved_steps(config, ahead, max_prompt=max_prompt, work=max_prompt + max_output - 1, queue=queue)
+    starved = starved_steps(config, ahead, max_prompt=max_prompt, max_output=max_output, queue=queue)
     return full + starved + config.prefill_schedule_interval - 1
 
 

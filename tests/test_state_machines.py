@@ -1004,7 +1004,7 @@ def test_d0_is_reached_under_async_scheduling_with_kv_unlimited(monkeypatch: pyt
     cfg, reqs = STAY_ASYNC_CASE
     p, o, q = max(r.prompt_tokens for r in reqs), max(r.max_tokens for r in reqs), len(reqs)
     assert non_decode_steps(cfg, max_prompt=p, max_output=o, queue=q) == 3
-    assert starved_steps(cfg, 1, max_prompt=p, work=p + o - 1, queue=q) == 1
+    assert starved_steps(cfg, 1, max_prompt=p, max_output=o, queue=q) == 1
     assert _first_broken_lemma(cfg, reqs, make_gate("fair")) is None
     real = non_decode_steps
     monkeypatch.setattr(sys.modules[__name__], "non_decode_steps", lambda *a, **k: real(*a, **k) - 1)
@@ -1119,9 +1119,8 @@ def test_b_queue_without_the_requests_running_ahead_is_broken(monkeypatch: pytes
     def waiting_only(config, *, queue, waiting, max_prompt, max_output):
         n, ahead = seats(config, queue), max(0, waiting - 1)
         d = drain_steps(config, max_prompt=max_prompt, max_output=max_output, queue=queue)
-        return ahead * d // n + starved_steps(config, ahead, max_prompt=max_prompt,
-                                              work=max_prompt + max_output - 1, queue=queue) + \
-            config.prefill_schedule_interval - 1
+        return ahead * d // n + starved_steps(config, ahead, max_prompt=max_prompt, max_output=max_output,
+                                              queue=queue) + config.prefill_schedule_interval - 1
 
     monkeypatch.setattr(fair, "queue_order_steps", waiting_only)
     planted = observed_bound(cfg, reqs, result.records)

@@ -44,6 +44,7 @@ from lora_sched.bench.realistic import GRID_DRAW as realistic_grid_draw
 from lora_sched.bench.realistic import parse_draw
 from lora_sched.bench.realistic import report as realistic_report
 from lora_sched.bench.refspeed import compare, describe
+from lora_sched.bench.relief import report as relief_report
 from lora_sched.bench.simulate import (
     SEED_PROMPTS,
     calibrate,
@@ -110,7 +111,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--knob-goals: the fresh searches' seeds")
     parser.add_argument("--online", action="store_true",
                         help="judge the saved pairs (adv-online*): every online rule is beaten by the field "
-                             "on one of each (exhaustive search, bench.online)")
+                             "on one of each (exhaustive search, bench.online); and the relief pairs "
+                             "(bench/pairs/adv-relief-*): relieving X misses a goal on Y (bench.relief)")
     parser.add_argument("--overhead", action="store_true",
                         help="time vLLM's real schedule() + update_from_output() per step in-process, stock vs "
                              "lora_sched.scheduler.CLASSES, over a W x A x max_loras grid (bench.overhead)")
@@ -214,7 +216,9 @@ def _main(args: argparse.Namespace) -> int:
     if args.optimum:
         return main_optimum(args, out)
     if args.online:
-        return online_report(out)
+        first = online_report(out)
+        print("\nwhere relieving starvation conflicts with a goal for every online rule (bench.relief):")
+        return relief_report(out) or first
     if args.bound_gap:
         return main_gap(out, climb_iters=args.iters)
     if args.realistic and args.knob_goals is not None:

@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -80,7 +81,7 @@ from lora_sched.bench.optimum import AbstractionError, inside_abstraction
 from lora_sched.bench.simulate import progress, simulate_policy
 from lora_sched.policy.costmodel import DEFAULT, CostModel, StepFeatures
 from lora_sched.policy.driver import RunResult
-from lora_sched.spec.config import Config
+from lora_sched.spec.config import POLICIES, REFERENCE_POLICIES, Config
 from lora_sched.spec.request import Request
 
 MEASURES = ("steps", "seconds")
@@ -158,8 +159,9 @@ class Tree:
     config: Config
     requests: list[Request]
     measure: str
-    horizon: tuple[float, int]  # (cost, wait): a completion past both is beaten by every field point
+    horizon: tuple[float, float]  # (cost, wait): a completion past both is beaten by every field point
     fifo: bool = False
+    either: bool = False  # prune a completion past the cost *or* the wait (a goal's limits, not a field's points)
     model: CostModel = DEFAULT
     memo: dict = field(default_factory=dict)
 
@@ -224,9 +226,8 @@ class Tree:
             nxt = min(r.arrival for i, r in enumerate(self.order) if not admitted >> i & 1)
             gap = (nxt - t) * self.step_cost(0, 0, 0)
             res = [(c + gap, w) for c, w in self.completions(nxt, running, admitted)]
-        elif (pending and self.offset() + (t - self.start + 1) * self.step_cost(0, 0, 0) > self.horizon[0]
-              and max(t - self.order[i].arrival for i in pending) > self.horizon[1]):
-            res = []  # every completion is slower and waits longer than every field point
+        elif pending and self._past(t, pending):
+            res = []  # every completion is past the horizon: in cost and wait (`either`: in one of the two)
         else:
             outs = []
             for after, mask, wait, cost, done in self.moves(t, running, admitted):
@@ -237,6 +238,11 @@ class Tree:
             res = pareto(outs)
         self.memo[key] = res
         return res
+
+    def _past(self, t: int, pending: list[int]) -> bool:
+        slower = self.offset() + (t - self.start + 1) * self.step_cost(0, 0, 0) > self.horizon[0]
+        longer = max(t - self.order[i].arrival for i in pending) > self.horizon[1]
+        return slower or longer if self.either else slower and longer
 
     def best(self) -> list[tuple[float, int]]:
         """The best (cost, worst wait) pairs over every schedule, from the start."""
@@ -276,6 +282,23 @@ class Tree:
             if done:
                 return t - self.start + 1, cost, worst
             t += 1
+
+
+def replays(cfg: Config, reqs: list[Request]) -> list[str]:
+    """Each policy of the project (`POLICIES` and the field's) at each knob of
+    the frontier, run through the real core and walked through the tree in both
+    measures: the runs whose steps, cost or worst wait the tree counts
+    differently from the run (empty: the abstraction holds every run)."""
+    bad = []
+    for policy in (*POLICIES, *REFERENCE_POLICIES):
+        for knob in KNOBS if policy in KNOBBED else (None,):
+            pt, res = run_point(cfg, reqs, policy, knob)
+            for m in MEASURES:
+                steps, cost, wait = Tree(cfg, reqs, m, (0, 0)).replay(res)
+                if (steps, wait) != (pt.steps, pt.wait) or not math.isclose(cost, pt.measure(m), rel_tol=1e-12):
+                    bad.append(f"{policy}@{knob} ({m}): tree {(steps, cost, wait)}, "
+                               f"run {(pt.steps, pt.measure(m), pt.wait)}")
+    return bad
 
 
 @dataclass(frozen=True)
@@ -334,7 +357,7 @@ def _request(rng: random.Random, rid: str, lo: int, hi: int) -> Request:
     return Request(rid, rng.randint(0, 3), rng.randint(1, 4), rng.randint(1, 8), rng.randint(lo, hi))
 
 
-def _random_pair(rng: random.Random):
+def random_pair(rng: random.Random):
     seats = rng.randint(2, 4)
     cfg = Config(max_loras=rng.randint(1, 2), max_num_seqs=seats, max_num_batched_tokens=seats * 4)
     t = rng.randint(2, 8)
@@ -344,7 +367,7 @@ def _random_pair(rng: random.Random):
     return cfg, t, pre, tx, ty
 
 
-def _mutate(rng: random.Random, s):
+def mutate_pair(rng: random.Random, s):
     cfg, t, pre, tx, ty = s
     pre, tx, ty = list(pre), list(tx), list(ty)
     k = rng.random()
@@ -376,10 +399,10 @@ def search(seed: str, *, restarts: int = 6, iters: int = 400, knobs: tuple[int, 
     fewest escaping states (in steps); stops at the first pair with none."""
     rng = random.Random(seed)
     for restart in range(restarts):
-        s = _random_pair(rng)
+        s = random_pair(rng)
         v = judge(s[0], s[2] + s[3], s[2] + s[4], s[1], knobs=knobs, best=False)
         for _ in range(iters):
-            s2 = _mutate(rng, s)
+            s2 = mutate_pair(rng, s)
             try:
                 v2 = judge(s2[0], s2[2] + s2[3], s2[2] + s2[4], s2[1], knobs=knobs, best=False)
             except AbstractionError:

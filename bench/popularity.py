@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+THROUGHPUT_GOAL = 0.97  # issue 20: fair's throughput >= this share of vllm's on every realistic workload
 
 def head_tail(adapters: Iterable[int], max_loras: int) -> tuple[set[int], set[int]]:
     """(head, tail) among the adapters (> 0) that sent a request, an adapter's

@@ -56,7 +56,8 @@ from lora_sched.bench.bound import (
     tightness_dict,
     write_witnesses,
 )
-from lora_sched.bench.popularity import FIELD, dominates, tail_head_ratio
+from lora_sched.bench.popularity import FIELD, THROUGHPUT_GOAL, dominates, tail_head_ratio
+from lora_sched.bench.relief import conflicts as online_conflicts
 from lora_sched.bench.simulate import simulate_policy
 from lora_sched.bench.tailhead import report as conflicts
 from lora_sched.policy.driver import Workload, run
@@ -66,7 +67,6 @@ from lora_sched.spec.request import Request
 
 PROMPT_MEDIAN, OUTPUT_MEDIAN, SIGMA, CLIP = 200, 120, 1.0, 2048
 SEATS = 256
-THROUGHPUT_GOAL = 0.97  # issue 20: fair's throughput >= this share of vllm's on every realistic workload
 GRID_DRAW = 20  # the seed of the fixed grid's axes; fresh draws are above it (their request seeds follow)
 
 
@@ -413,10 +413,13 @@ def report(out: Path, *, large: bool = False, requests: int | None = None, plots
     doc["bound"] = {t.family: tightness_dict(t) for t in judged}
     print_tightness(judged, f"realistic grid, {label(DEFAULT_FAIR)}", "workloads")
     print("\nwhere no rule can meet the goals together: the best schedule of a small instance "
-          "(bench.tailhead, exhaustive search):")
+          "(bench.tailhead, exhaustive search), and pairs on which no online rule relieves starvation "
+          "and keeps a goal (bench.relief):")
 
     doc["unreachable"] = [{"instance": name, "goals_conflict": conflict, "figures": figures}
                           for name, conflict, figures in conflicts()]
+    doc["unreachable"] += [{"instance": name, "goals_conflict": conflict, "figures": figures}
+                           for name, conflict, figures in online_conflicts()]
     for u in doc["unreachable"]:
         print(f"goals conflict on {u['instance']}... {'yes' if u['goals_conflict'] else 'no'}. ({u['figures']})")
     out.mkdir(parents=True, exist_ok=True)

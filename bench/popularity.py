@@ -9,7 +9,9 @@ step waited one step), so that it is defined at light load where the head
 waits 0.
 
 Issue 20 asks fair to *dominate* the drainer, the time slice and VTC on
-(tail/head, throughput): `dominates` is that comparison, written once.
+(tail/head, throughput): `dominates` is that comparison, written once, as
+`THROUGHPUT_GOAL` is its throughput floor (read by `bench.realistic` and
+`bench.relief`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 THROUGHPUT_GOAL = 0.97  # issue 20: fair's throughput >= this share of vllm's on every realistic workload
+
 
 def head_tail(adapters: Iterable[int], max_loras: int) -> tuple[set[int], set[int]]:
     """(head, tail) among the adapters (> 0) that sent a request, an adapter's

@@ -159,9 +159,11 @@ class Tree:
     config: Config
     requests: list[Request]
     measure: str
-    horizon: tuple[float, float]  # (cost, wait): a completion past both is beaten by every field point
+    # (cost, wait) past which a completion is dropped: past both, where they are the field's worst
+    # points (every field point beats it); past either one with `either`, where they are a goal's limits
+    horizon: tuple[float, float]
     fifo: bool = False
-    either: bool = False  # prune a completion past the cost *or* the wait (a goal's limits, not a field's points)
+    either: bool = False
     model: CostModel = DEFAULT
     memo: dict = field(default_factory=dict)
 
@@ -358,6 +360,7 @@ def _request(rng: random.Random, rid: str, lo: int, hi: int) -> Request:
 
 
 def random_pair(rng: random.Random):
+    """A random start for the pair searches: (config, split, shared prefix, X's tail, Y's tail)."""
     seats = rng.randint(2, 4)
     cfg = Config(max_loras=rng.randint(1, 2), max_num_seqs=seats, max_num_batched_tokens=seats * 4)
     t = rng.randint(2, 8)
@@ -368,6 +371,7 @@ def random_pair(rng: random.Random):
 
 
 def mutate_pair(rng: random.Random, s):
+    """One change to a pair: seats, max_loras, or a request added, dropped or moved in one of its parts."""
     cfg, t, pre, tx, ty = s
     pre, tx, ty = list(pre), list(tx), list(ty)
     k = rng.random()

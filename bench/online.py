@@ -344,9 +344,10 @@ def pair_split(x: list[Request], y: list[Request]) -> int:
     return min(tail) - 1
 
 
-def load_pair(pair: tuple[str, str] = PAIRS[0]) -> tuple[Config, list[Request], list[Request], int]:
-    _, cfg_x, x, _ = load(FAMILY_DIR / f"{pair[0]}.json")
-    _, cfg_y, y, _ = load(FAMILY_DIR / f"{pair[1]}.json")
+def load_pair(pair: tuple[str, str] = PAIRS[0],
+              directory: Path = FAMILY_DIR) -> tuple[Config, list[Request], list[Request], int]:
+    _, cfg_x, x, _ = load(directory / f"{pair[0]}.json")
+    _, cfg_y, y, _ = load(directory / f"{pair[1]}.json")
     if cfg_x != cfg_y:
         raise ValueError(f"{pair[0]} and {pair[1]} must share their configuration")
     return cfg_x, x, y, pair_split(x, y)

@@ -61,7 +61,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from lora_sched.bench.families import load
+from lora_sched.bench import online
 from lora_sched.bench.frontier import KNOBBED, KNOBS, RATIO_TIE
 from lora_sched.bench.online import MEASURES, Point, Tree, mutate_pair, pair_split, random_pair, run_point
 from lora_sched.bench.optimum import AbstractionError
@@ -191,11 +191,8 @@ def policy_rows(cfg: Config, x: list[Request], y: list[Request], v: Verdict) -> 
 
 
 def load_pair(stem: str) -> tuple[Config, list[Request], list[Request], int]:
-    _, cfg_x, x, _ = load(PAIR_DIR / f"{stem}-x.json")
-    _, cfg_y, y, _ = load(PAIR_DIR / f"{stem}-y.json")
-    if cfg_x != cfg_y:
-        raise ValueError(f"{stem}-x and {stem}-y must share their configuration")
-    return cfg_x, x, y, pair_split(x, y)
+    """`bench.online.load_pair` on `<stem>-x` and `<stem>-y` under `bench/pairs/`."""
+    return online.load_pair((f"{stem}-x", f"{stem}-y"), PAIR_DIR)
 
 
 def scaled(reqs: list[Request], k: int, start: int) -> list[Request]:
@@ -249,10 +246,11 @@ def judged_pairs(*, echo: bool = True) -> list[dict]:
         start = min(r.arrival for r in x + y)
         for k in SCALES:
             xs, ys = scaled(x, k, start), scaled(y, k, start)
-            v = judge(cfg, xs, ys, pair_split(xs, ys), goal=goal)
+            split_k = pair_split(xs, ys)
+            v = judge(cfg, xs, ys, split_k, goal=goal)
             if echo:
                 print_verdict(v, None, f"{k}x as long: ")
-            rows.append({"pair": stem, "scale": k, "split": pair_split(xs, ys), **asdict(v), "shown": shown(v, [])})
+            rows.append({"pair": stem, "scale": k, "split": split_k, **asdict(v), "shown": shown(v, [])})
     return rows
 
 

@@ -44,6 +44,8 @@ from lora_sched.bench.realistic import GRID_DRAW as realistic_grid_draw
 from lora_sched.bench.realistic import parse_draw
 from lora_sched.bench.realistic import report as realistic_report
 from lora_sched.bench.refspeed import compare, describe
+from lora_sched.bench.relief import ADVERSARIAL_PAIRS
+from lora_sched.bench.relief import conflicts as relief_conflicts
 from lora_sched.bench.relief import report as relief_report
 from lora_sched.bench.simulate import (
     SEED_PROMPTS,
@@ -353,6 +355,11 @@ def main_search(args: argparse.Namespace, out: Path) -> int:
                 return 2
             report["goals"] = goals
             print_goals(goals)
+            report["unreachable"] = [{"instance": name, "goals_conflict": conflict, "figures": figures}
+                                     for name, conflict, figures in relief_conflicts(ADVERSARIAL_PAIRS)]
+            for u in report["unreachable"]:
+                print(f"goals conflict on {u['instance']}... {'yes' if u['goals_conflict'] else 'no'}. "
+                      f"({u['figures']})")
         elif args.reevaluate:
             rows = [reevaluate(p) for p in sorted(fam_dir.glob("adv-*.json"))
                     if "found_against" in json.loads(p.read_text()).get("found_by", {})]

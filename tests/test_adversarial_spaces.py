@@ -169,7 +169,9 @@ def test_goals_cli_prints_both_sets(tmp_path, capsys):
     """`bench --adversarial --goals`: the coded families and those of the
     directory, split into design (every family saved before fair v10, and
     the throttle-space ones found against it) and held out (the others found
-    against v10, and those found against v12), each row with its verdict."""
+    against v10, and those found against v12), each row with its verdict;
+    under the table, the relief pairs that break each half of the goal for
+    every online rule that halves a starving workload's wait."""
     from lora_sched.bench.families import coded_families
 
     for name in ("adv-fairv10-wait.json", "adv-fairv8-async-wait.json", "adv-fairv5-wait.json"):
@@ -181,6 +183,12 @@ def test_goals_cli_prints_both_sets(tmp_path, capsys):
     assert "adv-fairv8-async-wait" in out.split("Held-out set: ")[0]
     assert "Held-out set: 1 of 1 ok." in out
     assert "adv-fairv10-wait" in out.split("Held-out set: ")[1]
+    assert ("goals conflict on adv-relief-floor, online: relief on X against throughput >= 0.8 of vllm's on Y... "
+            "yes.") in out
+    assert ("goals conflict on adv-relief-ceiling, online: relief on X against max wait <= 1.25x vllm's + 16 on Y... "
+            "yes.") in out
+    saved = json.loads((tmp_path / "out" / "search.json").read_text())
+    assert [u["goals_conflict"] for u in saved["unreachable"]] == [True, True]
 
 
 def test_counting_s_in_prefill_cadences_is_what_keeps_the_throttle_family_at_vllms_throughput():

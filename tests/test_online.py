@@ -164,19 +164,19 @@ def test_instances_that_differ_before_the_split_are_refused(pairs):
         judge(cfg, x, y, split + 1)
 
 
-def test_the_entry_points_judge_the_saved_pairs(tmp_path, capsys):
+def test_the_entry_points_judge_the_saved_pairs(bench_online, capsys):
     """`python -m lora_sched.bench.online` and `lora-sched bench --online`: a line
     per case and measure, exit 0, and the verdicts as JSON under --out."""
     import json
-
-    from lora_sched.cli import main as cli_main
 
     assert main([]) == 0
     out = capsys.readouterr().out
     for pair in PAIRS:
         assert f"pair {pair[0]} / {pair[1]}" in out
     assert out.count("... ok.") == len(CASES) * len(MEASURES)
-    assert cli_main(["bench", "--online", "--out", str(tmp_path)]) == 0
-    saved = json.loads((tmp_path / "online.json").read_text())["verdicts"]
+    rc, cli_out, out_dir = bench_online
+    assert rc == 0
+    assert cli_out.split("(bench.relief):")[0].count("... ok.") == len(CASES) * len(MEASURES)
+    saved = json.loads((out_dir / "online.json").read_text())["verdicts"]
     assert [(tuple(v["pair"]), v["measure"], v["escapes"]) for v in saved] == \
         [(pair, m, 0) for pair, _ in CASES for m in MEASURES]

@@ -88,7 +88,7 @@ from lora_sched.spec.request import Request
 
 GOALS = ("wait", "throughput")
 RELIEF = 0.5  # the relief asked on X: a worst wait at most this fraction of vllm's
-SCALES = (2, 3)  # by default a pair is also judged k times as long (`scaled`, in steps): the price is not the small size's
+SCALES = (2, 3)  # by default a pair is also judged k times as long (`scaled`, in steps), so the price is not the size's
 
 
 class Pair(NamedTuple):

@@ -25,11 +25,10 @@ verdict open, both also try streams that keep the slots busy in front of
 the waiting block (`stream_candidates`) and blocks whose every guard and
 gap *feeders* stretch as far as the rule lets them (`feeder_candidates`),
 and, under a DP throttle, blocks behind a base-model relay that keeps the
-throttle on, with a late feeder of each victim (`relay_candidates`), and
+throttle on, with a late feeder of each victim (`relay_candidates`),
 budget squeezes, where nobody waits for a seat or a slot
-(`squeeze_candidates`); the
-free witness also tries blocks whose slot holders are fed online, step by
-step, from fair's own state (`steered_candidates`).
+(`squeeze_candidates`), and blocks whose slot holders are fed online,
+step by step, from fair's own state (`steered_candidates`).
 When a witness waits more than
 4x the family's worst wait, no bound in its figures is within 4x there
 (`Tightness.verdict` "unreachable"; `Tightness.reads` says which figures);
@@ -614,8 +613,11 @@ def steered_candidates(cfg: Config, fig: Figures) -> Iterator[list[Request]]:
     early, so here the holders are fed short requests, only the
     deadline-setting ones are long, and a feeder that would preempt within
     L steps is shortened. A block request has one adapter of its own where
-    the figures allow (the free witness); the block leaves room in Qw for
-    the holders' feeders (k = Qw - max_loras, Qw - max_loras - 1)."""
+    the figures allow (the free witness); with the adapters kept the block
+    shares them, and still waits more than 4x the worst wait on 12 of the
+    families only the free witness settled before (`adv-fair-wait`: 116
+    against 21, six adapters). The block leaves room in Qw for the
+    holders' feeders (k = Qw - max_loras, Qw - max_loras - 1)."""
     m = cfg.max_loras
     for k in sorted({fig.waiting - m, fig.waiting - m - 1}, reverse=True):
         for share in STEER_REACH:
@@ -757,11 +759,10 @@ def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: in
     """`Tightness` from a run's figures and fair's worst wait there: the
     witness that keeps the adapters, then, where it does not settle the
     verdict, the slot-holding streams (`stream_candidates`), the fed
-    blocks (`feeder_candidates`), the relayed blocks (`relay_candidates`)
-    and the budget squeezes (`squeeze_candidates`) with the adapters kept,
-    then the free witness, all of them and the steered blocks
-    (`steered_candidates`) included (climbed only until it settles the
-    verdict)."""
+    blocks (`feeder_candidates`), the relayed blocks (`relay_candidates`),
+    the budget squeezes (`squeeze_candidates`) and the steered blocks
+    (`steered_candidates`) with the adapters kept, then the free witness,
+    all of them included (climbed only until it settles the verdict)."""
     fair_cfg = replace(cfg, policy="fair")
     w = witness(fair_cfg, fig, climb_iters=climb_iters, seed=seed)
     t = Tightness(family, worst, bound_at(cfg, fig), fig, 0, 0) if w is None else \
@@ -770,7 +771,8 @@ def judge(family: str, cfg: Config, fig: Figures, worst: int, *, climb_iters: in
     if t.verdict != "open":
         return t
     for shape, enough in ((stream_candidates, None), (feeder_candidates, WITHIN * worst),
-                          (relay_candidates, WITHIN * worst), (squeeze_candidates, WITHIN * worst)):  # adapters kept
+                          (relay_candidates, WITHIN * worst), (squeeze_candidates, WITHIN * worst),
+                          (steered_candidates, WITHIN * worst)):  # adapters kept
         s = witness(fair_cfg, fig, shapes=(shape,), enough=enough)
         if s is not None and s.wait > t.witness_wait:
             t = replace(t, witness_wait=s.wait, witness_bound=bound_at(cfg, s.figures),

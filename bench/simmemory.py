@@ -20,6 +20,11 @@ every scan walks the whole queue; at 50k (100 requests per adapter) they
 fill, but each time some free the scan walks from the head to the active
 adapters' requests deep in the queue. A burst of N costs O(steps x N)
 either way. Figures are printed, never asserted.
+
+Beside each policy's row, measured in the same run, its speed against the
+reference `vllm` policy's on the same burst (steps per CPU second over
+vllm's; issue 20 asks the reference `fair` for 0.5x or more), and the
+whole burst's CPU time against vllm's (`speed_ratios`).
 """
 
 from __future__ import annotations
@@ -54,6 +59,22 @@ def measure(n: int, policy: str, keep_records: bool = False) -> dict[str, float]
     return json.loads(out.stdout)
 
 
+def speed_ratios(rows: dict[tuple[str, int], dict[str, float]]) -> list[str]:
+    """One line per (policy, size) measured beside `vllm` at that size: its
+    steps per CPU second over vllm's, and vllm's CPU time for the burst over
+    its own (the two differ where the policies take different numbers of
+    steps)."""
+    out = []
+    for (policy, n), r in rows.items():
+        base = rows.get(("vllm", n))
+        if policy == "vllm" or base is None:
+            continue
+        per_step = (r["steps"] / r["cpu"]) / (base["steps"] / base["cpu"])
+        out.append(f"{policy} at {n}: {per_step:.2f}x vllm's steps per CPU second, "
+                   f"{base['cpu'] / r['cpu']:.2f}x its time for the burst")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lora_sched.bench.simmemory", description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000, 5_000])
@@ -67,13 +88,16 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     print(f"{'policy':>8} {'requests':>9} {'steps':>7} {'wall s':>8} {'cpu s':>8} {'ms/step':>8} {'peak MB':>8} "
           f"{'max wait':>9} {'load':>5}", flush=True)
+    rows: dict[tuple[str, int], dict[str, float]] = {}
     for policy in args.policies:
         for n in args.sizes:
             load = os.getloadavg()[0]
-            r = measure(n, policy, args.records)
+            r = rows[policy, n] = measure(n, policy, args.records)
             load = (load + os.getloadavg()[0]) / 2
             print(f"{policy:>8} {n:>9} {r['steps']:>7} {r['seconds']:8.1f} {r['cpu']:8.1f} "
                   f"{r['cpu'] / r['steps'] * 1e3:8.2f} {r['peak_mb']:8.0f} {r['max_wait']:>9} {load:5.1f}", flush=True)
+    for line in speed_ratios(rows):
+        print(line)
     return 0
 
 

@@ -869,16 +869,20 @@ class FairGate(GateBase):
         return first + rest
 
     def decide(self, ctx: ScanContext, rid: str) -> tuple[Decision, str | None]:
+        # The scan asks once per request it visits, so the common case (no r*,
+        # or a request of no victim) asks `FairGuard.holds` nothing: it holds
+        # neither r* nor a request of an adapter that is not a victim.
         st = ctx.state
         guard = self.guard if self.guard is not None else self._guard(st)
         rs = st.reqs[rid]
         adapter = rs.req.adapter
-        if guard.star is not None:  # with no r*, nothing is held (`FairGuard.holds`)
-            if rid == guard.star:
+        star = guard.star
+        if star is not None:  # with no r*, nothing is held (`FairGuard.holds`)
+            if rid == star:
                 self._star_seen = True
                 guard.visit_star(slot_outputs_left((st.adapter(r), st.reqs[r].req.max_tokens - st.reqs[r].generated)
                                                    for r in st.running))
-            if guard.holds(rid, adapter, rs.req.max_tokens - rs.generated):
+            elif adapter in guard.victims and guard.holds(rid, adapter, rs.req.max_tokens - rs.generated):
                 return _GUARD
         if cap_blocks(self._active, adapter, st.config.max_loras):
             return _CAP

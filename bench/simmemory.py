@@ -23,8 +23,8 @@ either way. Figures are printed, never asserted.
 
 Beside each policy's row, measured in the same run, its speed against the
 reference `vllm` policy's on the same burst (steps per CPU second over
-vllm's; issue 20 asks the reference `fair` for 0.5x or more), and the
-whole burst's CPU time against vllm's (`speed_ratios`).
+vllm's; issue 20 asks the reference `fair` for 0.5x or more), and its
+speed over the whole burst (vllm's CPU time over its own; `speed_ratios`).
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ def measure(n: int, policy: str, keep_records: bool = False) -> dict[str, float]
 
 def speed_ratios(rows: dict[tuple[str, int], dict[str, float]]) -> list[str]:
     """One line per (policy, size) measured beside `vllm` at that size: its
-    steps per CPU second over vllm's, and vllm's CPU time for the burst over
-    its own (the two differ where the policies take different numbers of
-    steps)."""
+    steps per CPU second over vllm's, and its speed over the whole burst
+    (vllm's CPU time for the burst over its own; the two differ where the
+    policies take different numbers of steps)."""
     out = []
     for (policy, n), r in rows.items():
         base = rows.get(("vllm", n))
@@ -71,7 +71,7 @@ def speed_ratios(rows: dict[tuple[str, int], dict[str, float]]) -> list[str]:
             continue
         per_step = (r["steps"] / r["cpu"]) / (base["steps"] / base["cpu"])
         out.append(f"{policy} at {n}: {per_step:.2f}x vllm's steps per CPU second, "
-                   f"{base['cpu'] / r['cpu']:.2f}x its time for the burst")
+                   f"{base['cpu'] / r['cpu']:.2f}x its speed over the whole burst")
     return out
 
 

@@ -294,7 +294,7 @@ def test_simmemory_prints_each_policys_speed_beside_vllms(capsys) -> None:
 
     rows = {("vllm", 10): {"steps": 100, "cpu": 2.0}, ("fair", 10): {"steps": 80, "cpu": 2.0},
             ("fair", 20): {"steps": 5, "cpu": 1.0}}
-    assert speed_ratios(rows) == ["fair at 10: 0.80x vllm's steps per CPU second, 1.00x its time for the burst"]
+    assert speed_ratios(rows) == ["fair at 10: 0.80x vllm's steps per CPU second, 1.00x its speed over the whole burst"]
     assert main(["--sizes", "40", "--policies", "vllm", "fair"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-1].startswith("fair at 40: ") and "x vllm's steps per CPU second" in out[-1], out

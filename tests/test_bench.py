@@ -288,7 +288,7 @@ def test_bench_vllm_choice_reaches_every_simulated_run() -> None:
 def test_simmemory_prints_each_policys_speed_beside_vllms(capsys) -> None:
     """`python -m lora_sched.bench.simmemory` measures each policy in its own
     child and prints its speed against `vllm`'s on the same burst, from the
-    measured rows (steps per CPU second, and the burst's CPU time); a size
+    measured rows (steps per CPU second, and its speed over the whole burst); a size
     with no `vllm` row gets no ratio. Speed is printed, never asserted."""
     from lora_sched.bench.simmemory import main, speed_ratios
 

@@ -35,10 +35,9 @@ from lora_sched.bench.simulate import progress
 from lora_sched.bench.table import ROWS, table
 from lora_sched.conformance.assets import ensure_assets
 from lora_sched.conformance.cli import check
-from lora_sched.policy.check import observe_trace
+from lora_sched.policy.check import FairHolds, observe_trace
 from lora_sched.policy.costmodel import SEED_BLOCKING, SEED_PR
 from lora_sched.policy.driver import Workload, run
-from lora_sched.policy.fair import FairHolds
 from lora_sched.policy.scenarios import Scenario
 from lora_sched.spec.config import POLICIES, Config
 from lora_sched.spec.observe import Observer

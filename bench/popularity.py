@@ -7,18 +7,11 @@ the head); base-model requests are in neither. Tail/head is the tail's mean
 wait over the head's, each plus one step (a request admitted on its arrival
 step waited one step), so that it is defined at light load where the head
 waits 0.
-
-Issue 20 asks fair to *dominate* the drainer, the time slice and VTC on
-(tail/head, throughput): `dominates` is that comparison, written once, as
-`THROUGHPUT_GOAL` is its throughput floor (read by `bench.realistic` and
-`bench.relief`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-
-THROUGHPUT_GOAL = 0.97  # issue 20: fair's throughput >= this share of vllm's on every realistic workload
 
 
 def head_tail(adapters: Iterable[int], max_loras: int) -> tuple[set[int], set[int]]:
@@ -39,15 +32,3 @@ def tail_head_ratio(waits: dict[str, int], adapter_of: dict[str, int], max_loras
     if not h or not t:
         return 1.0
     return (sum(t) / len(t) + 1) / (sum(h) / len(h) + 1)
-
-
-FIELD = ("drainer", "timeslice", "vtc")  # the policies issue 20 asks fair to dominate
-TIE = 1e-9  # relative: two runs of one schedule give equal figures up to float order
-
-
-def dominates(tail_head: float, throughput: float, other_tail_head: float, other_throughput: float) -> bool:
-    """A point (tail/head, throughput) dominates another when its tail/head is
-    no larger and its throughput no smaller (equal within `TIE`, relative):
-    the other is no better on either. Equal points dominate each other, so a
-    policy that runs the other's schedule meets the goal."""
-    return (tail_head <= other_tail_head * (1 + TIE)) and (throughput >= other_throughput * (1 - TIE))

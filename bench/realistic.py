@@ -9,7 +9,8 @@ prompt and output lengths (medians 200 and 120 tokens, sigma 1, clipped to
 One seeded generator (`workload`) turns a `Spec` into requests. The grid
 (`grid`) is a fixed list of specs, each with an index; the index decides,
 before any rule is designed or tuned, whether a workload is in the *design*
-set (index divisible by 3) or *held out* (the rest). Reports give both.
+set (index divisible by 3) or *held out* (the rest); `experiments.goals`
+judges the goals on each set.
 
 Load, in one of two units (`Spec.unit`). `vllm`: what the deployed
 scheduler sustains on this mix, the requests `vllm` completes per step when
@@ -33,35 +34,21 @@ Measures (per policy, per workload; `measure`):
   light load where the head waits 0;
 - per-adapter p99 wait, by popularity rank;
 - for fair, its bound B (`policy.fair.observed_bound`: the run's peak Q and
-  Qw), reported as worst wait / B, with the run's figures (`bench.bound.Figures`)
-  and, in `report`, a witness within them (`bench.bound.judge`): whether any
-  bound in those figures can be within 4x of the worst wait.
+  Qw), reported as worst wait / B.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from lora_sched.bench.bound import (
-    Figures,
-    Tightness,
-    figures_of,
-    judge,
-    print_tightness,
-    tightness_dict,
-    write_witnesses,
-)
-from lora_sched.bench.popularity import FIELD, THROUGHPUT_GOAL, dominates, tail_head_ratio
-from lora_sched.bench.relief import conflicts as online_conflicts
+from lora_sched.bench.popularity import tail_head_ratio
 from lora_sched.bench.simulate import simulate_policy
-from lora_sched.bench.tailhead import report as conflicts
+from lora_sched.policy.bound import observed_bound
 from lora_sched.policy.driver import Workload, run
-from lora_sched.policy.fair import observed_bound
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
 
@@ -82,16 +69,6 @@ def check_draw(draw: int) -> None:
     if draw < GRID_DRAW:
         raise ValueError(f"draw {draw}: the fixed grid is draw {GRID_DRAW} and fresh draws are above it")
 
-
-def parse_draw(text: str) -> int:
-    """`--draw`, checked by `check_draw`, as an argparse error (no traceback)."""
-    try:
-        draw = int(text)
-        check_draw(draw)
-    except ValueError as exc:
-        why = str(exc) if text.lstrip("-").isdigit() else f"not an integer: {text!r}"
-        raise argparse.ArgumentTypeError(why) from None
-    return draw
 
 
 @dataclass(frozen=True)
@@ -208,25 +185,6 @@ def tail_head(waits: dict[str, int], adapter_of: dict[str, int], spec: Spec) -> 
     return tail_head_ratio(waits, adapter_of, spec.max_loras)
 
 
-# The live server's version (`lora-sched bench --live --family realistic`): the
-# tiny model on vLLM's CPU server has 8 adapters and serves a few dozen steps
-# a second, so the mix keeps the shape (Zipf 1.5 over 8 adapters, 20% base
-# model, lognormal lengths with sigma 1) scaled down: medians 40 / 24 tokens
-# clipped to 256, 32 seats, a 1024-token budget, 2 LoRA slots.
-LIVE_ADAPTERS, LIVE_ALPHA, LIVE_BASE, LIVE_REQUESTS, LIVE_SEED = 8, 1.5, 0.2, 300, 2000
-LIVE_PROMPT_MEDIAN, LIVE_OUTPUT_MEDIAN, LIVE_CLIP = 40, 24, 256
-LIVE_CONFIG = dict(max_loras=2, max_num_seqs=32, max_num_batched_tokens=1024)
-
-
-def live_requests() -> list[Request]:
-    """The live realistic mix, in order (the client draws the arrival times)."""
-    rng = random.Random(LIVE_SEED)
-    weights = [r ** -LIVE_ALPHA for r in range(1, LIVE_ADAPTERS + 1)]
-    return [Request(f"q{i}", 0 if rng.random() < LIVE_BASE else rng.choices(range(1, LIVE_ADAPTERS + 1), weights)[0],
-                    _lognormal(rng, LIVE_PROMPT_MEDIAN, LIVE_CLIP), _lognormal(rng, LIVE_OUTPUT_MEDIAN, LIVE_CLIP), 1)
-            for i in range(LIVE_REQUESTS)]
-
-
 def spec_dict(spec: Spec) -> dict:
     return asdict(spec) | {"name": spec.name, "design": spec.design}
 
@@ -267,21 +225,12 @@ def measure(spec: Spec, point: tuple[str, int | None]) -> dict:
             "tail_head": tail_head(waits, adapter_of, spec),
             "adapter_p99": {str(a): float(np.percentile(ws, 99)) for a, ws in sorted(per.items())},
             "bound": observed_bound(cfg, reqs, run.result.records) if policy == "fair" else None,
-            "figures": asdict(figures_of(reqs, run.result.records)) if policy == "fair" else None,
             "sim_s": run.sim_seconds}
 
 
 def _job(args: tuple[Spec, tuple[str, int | None]]) -> dict:
     return measure(*args)
 
-
-def _witness_job(args: tuple[Spec, dict]) -> Tightness:
-    """`bench.bound.witness` within the figures of fair's run at the default
-    knob: is B within 4x of that run's worst wait reachable by any bound in
-    those figures?"""
-    spec, row = args
-    cfg = spec.config(starvation_steps=DEFAULT_FAIR[1])
-    return judge(spec.name, cfg, Figures(**row["figures"]), row["max"])
 
 
 def run_grid(specs: list[Spec], points: tuple[tuple[str, int | None], ...] = POINTS, *, processes: int = 2,
@@ -310,51 +259,6 @@ def run_grid(specs: list[Spec], points: tuple[tuple[str, int | None], ...] = POI
     return rows
 
 
-def goals(rows: list[dict], *, design: bool | None = None,
-          point: tuple[str, int | None] = DEFAULT_FAIR) -> list[tuple[str, bool, str]]:
-    """Issue 20's goals on the grid at fair's default knob (or `point`, a
-    fair point the rows hold): (goal, met, figures). `design`: only the
-    design set (True), only the held-out set (False), or all.
-
-    "fair dominates X" is read as the issue states it: on every workload
-    fair's (tail/head, throughput) dominates X's at its default
-    (`bench.popularity.dominates`: no larger tail/head, no smaller
-    throughput). The figures add the weaker reading these goals printed
-    until the twenty-first session, how often X is strictly better on both."""
-    sel = [r for r in rows if design is None or r["design"] == design]
-    by: dict[str, dict[str, dict]] = {}
-    for r in sel:
-        by.setdefault(r["workload"], {})[r["point"]] = r
-    fair = label(point)
-    out: list[tuple[str, bool, str]] = []
-    starving = [w for w, ps in by.items() if ps["vllm"]["tail_head"] > 3]
-    worst = max((by[w][fair]["tail_head"] for w in starving), default=float("nan"))
-    out.append(("tail/head <= 2.0 wherever vllm's exceeds 3", all(by[w][fair]["tail_head"] <= 2.0 for w in starving),
-                f"{len(starving)} such workloads; fair's worst {worst:.2f}"))
-    over = [w for w, ps in by.items() if ps[fair]["max"] > ps["vllm"]["max"]]
-    out.append(("max wait never above vllm's", not over,
-                f"above on {len(over)} of {len(by)}" + (f" (e.g. {over[0]}: {by[over[0]][fair]['max']} vs "
-                                                         f"{by[over[0]]['vllm']['max']})" if over else "")))
-    ratios = [ps[fair]["ratio_s"] for ps in by.values()]
-    out.append((f"throughput >= {THROUGHPUT_GOAL} of vllm everywhere", min(ratios, default=1) >= THROUGHPUT_GOAL,
-                f"min {min(ratios, default=float('nan')):.3f}"))
-    out.append(("median throughput >= 0.99 of vllm", float(np.median(ratios)) >= 0.99 if ratios else True,
-                f"median {float(np.median(ratios)) if ratios else float('nan'):.3f}"))
-    def pt(ps: dict, p: str) -> tuple[float, float]:
-        return ps[p]["tail_head"], ps[p]["ratio_s"]
-
-    for other in FIELD:  # the issue's "fair dominates ...", and beside it the weaker "not dominated"
-        theirs = label((other, 16 if other != "vtc" else None))
-        beaten = [w for w, ps in by.items() if not dominates(*pt(ps, fair), *pt(ps, theirs))]
-        lost = [w for w, ps in by.items()  # strictly better on both
-                if pt(ps, theirs)[0] < pt(ps, fair)[0] and pt(ps, theirs)[1] > pt(ps, fair)[1]]
-        out.append((f"fair dominates {other} on (tail/head, throughput)", not beaten,
-                    f"dominates on {len(by) - len(beaten)} of {len(by)}"
-                    + (f", not on {', '.join(w.split('-A')[0] for w in beaten[:4])}"
-                       + (" ..." if len(beaten) > 4 else "") if beaten else "")
-                    + f"; dominated by it on {len(lost)}" + (f" ({', '.join(lost[:3])})" if lost else "")))
-    return out
-
 
 def table(rows: list[dict]) -> str:
     """One line per (workload, point)."""
@@ -370,63 +274,27 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-WITNESSES = "realistic-witnesses.json"  # beside realistic.json: the workloads behind its witness waits
-
-
 def report(out: Path, *, large: bool = False, requests: int | None = None, plots: bool = True,
-           processes: int = 2, results: Path | None = None, draw: int = GRID_DRAW) -> int:
-    """`lora-sched bench --realistic`: run the grid, print the table and the
-    goals (design set, held-out set, all), fair's B against a witness per
-    workload (`bench.bound`), then the small instances on which no schedule
-    meets the goals together (`bench.tailhead`); write JSON and plots. A
-    fresh `draw` (`--draw`) writes its files with a `-dDRAW` suffix, beside
-    the fixed grid's."""
+           processes: int = 2, draw: int = GRID_DRAW) -> int:
+    """`lora-sched bench --realistic`: run the grid, print the table and fair's
+    worst wait / B, write `realistic.json` and the plots under `out`."""
     import json
-    import multiprocessing
     import time
 
     specs = grid(large=large, requests=requests, draw=draw)
     suffix = draw_suffix(draw)
     t0 = time.perf_counter()
-    print(f"realistic grid: {len(specs)} workloads ({sum(s.design for s in specs)} design, "
-          f"{sum(not s.design for s in specs)} held out) x {len(POINTS)} policy points", flush=True)
+    print(f"realistic grid: {len(specs)} workloads x {len(POINTS)} policy points", flush=True)
     rows = run_grid(specs, processes=processes, progress=lambda m: print(m, flush=True))
     print(table(rows))
-    doc = {"specs": [spec_dict(s) for s in specs], "rows": rows, "goals": {}}
-    sets = (("design", True), ("held out", False), ("all", None)) if draw == GRID_DRAW else (("held out", False),)
-    for name, sel in sets:  # a fresh draw is all held out: no design set to judge
-        print(f"\ngoals at {label(DEFAULT_FAIR)}, {name} set:")
-        doc["goals"][name] = []
-        for goal, met, figures in goals(rows, design=sel):
-            print(f"  {goal} ... {'met' if met else 'NOT MET'}. ({figures})")
-            doc["goals"][name].append({"goal": goal, "met": met, "figures": figures})
     fair_rows = [r for r in rows if r["point"] == label(DEFAULT_FAIR)]
     ratios = [r["max"] / r["bound"] for r in fair_rows]
     print(f"\nfair's bound B (observed peaks Q, Qw) at {label(DEFAULT_FAIR)}: worst wait / B "
-          f"{min(ratios):.4f} to {max(ratios):.4f}; within 4x (>= 0.25) on "
-          f"{sum(x >= 0.25 for x in ratios)} of {len(ratios)} workloads")
-    print("witnesses (bench.bound): on each workload's configuration, a workload within its figures "
-          "(Q, Qw, P, L, adapters) that makes fair wait longer", flush=True)
-    by_name = {s.name: s for s in specs}
-    with multiprocessing.get_context("fork").Pool(processes) as pool:
-        judged = pool.map(_witness_job, [(by_name[r["workload"]], r) for r in fair_rows])
-    doc["bound"] = {t.family: tightness_dict(t) for t in judged}
-    print_tightness(judged, f"realistic grid, {label(DEFAULT_FAIR)}", "workloads")
-    print("\nwhere no rule can meet the goals together: the best schedule of a small instance "
-          "(bench.tailhead, exhaustive search), and pairs on which no online rule relieves starvation "
-          "and keeps a goal (bench.relief):")
-
-    doc["unreachable"] = [{"instance": name, "goals_conflict": conflict, "figures": figures}
-                          for name, conflict, figures in conflicts()]
-    doc["unreachable"] += [{"instance": name, "goals_conflict": conflict, "figures": figures}
-                           for name, conflict, figures in online_conflicts()]
-    for u in doc["unreachable"]:
-        print(f"goals conflict on {u['instance']}... {'yes' if u['goals_conflict'] else 'no'}. ({u['figures']})")
+          f"{min(ratios):.4f} to {max(ratios):.4f}")
     out.mkdir(parents=True, exist_ok=True)
-    for path in [out / f"realistic{suffix}.json"] + ([results] if results is not None else []):
-        path.write_text(json.dumps(doc, indent=1) + "\n")
-        print(f"wrote {path}")
-        write_witnesses(path.parent / WITNESSES.replace(".json", f"{suffix}.json"), judged)
+    path = out / f"realistic{suffix}.json"
+    path.write_text(json.dumps({"specs": [spec_dict(s) for s in specs], "rows": rows}, indent=1) + "\n")
+    print(f"wrote {path}")
     if plots:
         from lora_sched.bench.plots import realistic_adapters, realistic_tradeoff
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from lora_sched.bench.simulate import progress, seed_config, seed_requests, simulate_policy
+from lora_sched.policy.bound import observed_bound, workload_bound
 from lora_sched.policy.costmodel import DEFAULT, CostModel
 from lora_sched.policy.driver import RunResult, Workload, run
-from lora_sched.policy.fair import observed_bound, workload_bound
 from lora_sched.policy.workloads import starvation_stream
 from lora_sched.spec.config import POLICIES, Config
 from lora_sched.spec.request import Request

@@ -102,7 +102,7 @@ def run(
     """Drive `workload` until every request finished or was aborted.
 
     `gate` replaces the policy's gate (tests plant bugs this way), and
-    `scheduler` the core (`bench.preemption` runs an experimental subclass).
+    `scheduler` the core (`experiments.preemption` runs an experimental subclass).
     `keep_records=False` keeps memory to the live requests: step records go
     only to the trace (when `trace_path` is given), the scheduler forgets
     finished requests, and each request's first admission is summarised as

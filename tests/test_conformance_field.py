@@ -7,7 +7,7 @@ reference core (zero divergences) and keep every property the gate claims
 (`policy.claims`): on random workloads (KV preemption, priorities, aborts,
 async scheduling, DP prefill throttling), on every scenario sync and async,
 and on every workload family vLLM accepts (the coded ones, the seed shape
-included, and the adversarial ones of `bench/families/`). vLLM refuses the
+included, and the adversarial ones of `experiments/families/`). vLLM refuses the
 families whose token budget is below their seat count; that refusal is
 asserted, not skipped.
 
@@ -27,7 +27,6 @@ import traceback
 from dataclasses import replace
 
 import pytest
-from lora_sched.bench.families import FAMILY_DIR, all_families, coded_families, load
 from lora_sched.conformance.crash import first_cap_break
 from lora_sched.policy import claims
 from lora_sched.policy.check import check_trace
@@ -36,6 +35,8 @@ from lora_sched.policy.replay import replay
 from lora_sched.policy.scenarios import SCENARIOS
 from lora_sched.policy.workloads import starvation_stream
 from lora_sched.spec.trace import read_trace
+
+from experiments.families import FAMILY_DIR, all_families, coded_families, load
 
 pytestmark = pytest.mark.vllm
 

@@ -255,8 +255,9 @@ PLANTED_FAMILY = "adv-fair_cohort-throughput.json"
 
 
 def _family(name: str, async_scheduling: bool):
-    from lora_sched.bench.families import FAMILY_DIR, load
     from lora_sched.policy.driver import Workload
+
+    from experiments.families import FAMILY_DIR, load
 
     _, cfg, reqs, _ = load(FAMILY_DIR / name)
     return replace(cfg, policy="fair", async_scheduling=async_scheduling), Workload(list(reqs))
@@ -298,7 +299,7 @@ def _oldest_not_first(guard_class):
 
         def _oldest_starving(self, step, stale):
             ready = [rid for rid, (since, _a) in self._waiting.items()
-                     if step - since >= self.starvation_steps and not stale(rid)]
+                     if step - since >= self.window_steps and not stale(rid)]
             return ready[-1] if ready else None
 
     return Youngest

@@ -84,5 +84,20 @@ def test_every_offered_bench_module_runs_as_a_module():
         offered |= set(re.findall(r"python -m lora_sched\.bench\.([a-z_]+)", path.read_text(errors="replace")))
     assert {"refspeed", "checkspeed"} <= offered  # their own docstrings offer them
     for name in offered:
-        src = (ROOT / "bench" / f"{name}.py").read_text()
-        assert 'if __name__ == "__main__":' in src, f"python -m lora_sched.bench.{name} is offered but does nothing"
+        path = ROOT / "bench" / f"{name}.py"
+        assert path.exists(), f"python -m lora_sched.bench.{name} is offered but bench/{name}.py does not exist"
+        assert 'if __name__ == "__main__":' in path.read_text(), \
+            f"python -m lora_sched.bench.{name} is offered but does nothing"
+
+
+def test_every_offered_experiment_runs_as_a_module():
+    """`python -m experiments.X`, wherever README, docs or the experiments offer it, names a module that runs."""
+    offered = set()
+    for path in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "experiments").rglob("*.md"),
+                 *(ROOT / "experiments").glob("*.py")]:
+        offered |= set(re.findall(r"python -m experiments\.([a-z_]+)", path.read_text(errors="replace")))
+    assert {"cli", "bound", "online"} <= offered
+    for name in offered:
+        path = ROOT / "experiments" / f"{name}.py"
+        assert path.exists(), f"python -m experiments.{name} is offered but experiments/{name}.py does not exist"
+        assert 'if __name__ == "__main__":' in path.read_text(), f"python -m experiments.{name} does nothing"

@@ -108,9 +108,9 @@ def test_the_table_lists_every_class_and_flags_none_silently(quick: tuple[dict[s
 
 
 def test_profile_prints_the_top_functions(capsys: pytest.CaptureFixture[str]) -> None:
-    from lora_sched.cli import main
+    from lora_sched.bench.overhead import cli as main
 
-    assert main(["bench", "--overhead", "--quick", "--profile", "fair", "--steps", "2", "--cell", "100,8,4"]) == 0
+    assert main(["--quick", "--profile", "fair", "--steps", "2", "--cell", "100,8,4"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("== FairScheduler on W=100 A=8 max_loras=4: 2 steps")
     assert "Ordered by: cumulative time" in out and "schedule" in out
@@ -135,16 +135,16 @@ def test_settings_reach_the_classes_as_a_server_passes_them() -> None:
 def test_overhead_policies_narrow_the_classes(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     """`--overhead-policies fair` times stock's classes and fair's only; an
     unknown policy is refused with exit 2, naming the shipped ones."""
-    from lora_sched.cli import main
+    from lora_sched.bench.overhead import cli as main
 
     out = tmp_path / "o.json"
-    assert main(["bench", "--overhead", "--quick", "--waiting", "100", "--overhead-policies", "fair",
+    assert main(["--quick", "--waiting", "100", "--overhead-policies", "fair",
                  "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert {c["class"] for c in report["classes"]} == {"Scheduler", "AsyncScheduler", "FairScheduler",
                                                         "AsyncFairScheduler"}
     capsys.readouterr()
-    assert main(["bench", "--overhead", "--quick", "--overhead-policies", "nope"]) == 2
+    assert main(["--quick", "--overhead-policies", "nope"]) == 2
     assert "--overhead-policies: nope not shipped" in capsys.readouterr().out
 
 
@@ -154,12 +154,11 @@ def test_the_priority_queue_is_vllms_heap(tmp_path, capsys: pytest.CaptureFixtur
     and fair passes requests over there too (its scan's shortcut is not
     FCFS-only)."""
     from lora_sched.bench.overhead import Cell, Load, build, entries
+    from lora_sched.bench.overhead import cli as main
     from vllm.v1.core.sched.request_queue import PriorityRequestQueue
 
-    from lora_sched.cli import main
-
     out = tmp_path / "o.json"
-    assert main(["bench", "--overhead", "--quick", "--waiting", "100", "--overhead-policies", "fair",
+    assert main(["--quick", "--waiting", "100", "--overhead-policies", "fair",
                  "--overhead-queue", "priority", "--out", str(out)]) == 0
     assert ", priority queue ==" in capsys.readouterr().out
     assert json.loads(out.read_text())["config"]["queue"] == "priority"
@@ -177,11 +176,10 @@ def test_base_model_share_and_kv_shape_the_load(tmp_path, capsys: pytest.Capture
     model, `--overhead-kv` 0.3 makes stock vLLM preempt, both are said in
     the table and the results, and out-of-range values are refused (exit 2)."""
     from lora_sched.bench.overhead import Cell, Load, build, entries
-
-    from lora_sched.cli import main
+    from lora_sched.bench.overhead import cli as main
 
     out = tmp_path / "o.json"
-    assert main(["bench", "--overhead", "--quick", "--waiting", "100", "--overhead-policies", "fair",
+    assert main(["--quick", "--waiting", "100", "--overhead-policies", "fair",
                  "--overhead-base-share", "0.3", "--overhead-kv", "0.3", "--out", str(out)]) == 0
     assert ", base model 30%, KV 30% ==" in capsys.readouterr().out
     config = json.loads(out.read_text())["config"]
@@ -195,4 +193,4 @@ def test_base_model_share_and_kv_shape_the_load(tmp_path, capsys: pytest.Capture
         runner.step(measured=False)
     assert any(r.num_preemptions for r in runner.sched.requests.values()), "a KV pool at 30% never preempted"
     for bad in (["--overhead-base-share", "1"], ["--overhead-kv", "0"]):
-        assert main(["bench", "--overhead", "--quick", *bad]) == 2
+        assert main(["--quick", *bad]) == 2

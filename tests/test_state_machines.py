@@ -6,9 +6,9 @@ aborts and steps on a random small config, and feeds the same events to
 `spec.observe.Observer`, which re-derives the state from the events alone
 and evaluates the step predicates of `spec.properties`. After every step the
 test asserts that no property the policy claims (`policy.claims`) is
-violated; for `fair` it also checks bounded_wait with `policy.fair.fair_bound` (Q the
+violated; for `fair` it also checks bounded_wait with `policy.bound.fair_bound` (Q the
 observed peak) at teardown, after draining the run, where
-`policy.fair.bound_applies` (one priority, no skips); a second fair
+`policy.bound.bound_applies` (one priority, no skips); a second fair
 machine keeps to the configurations where B_heads applies
 (`FairHeadsMachine`). The reference gates
 `drainer`, `timeslice` and `vtc` run here too, for what they claim.
@@ -37,11 +37,7 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from lora_sched.policy import EVERY_RUNNING_CAP, FAIR_CAP, claims, make_gate
-from lora_sched.policy.check import check_trace
-from lora_sched.policy.core import Scheduler
-from lora_sched.policy.driver import Workload, run
-from lora_sched.policy.fair import (
-    FairHolds,
+from lora_sched.policy.bound import (
     bound_applies,
     cap_can_block,
     capacity_admits_star,
@@ -57,12 +53,15 @@ from lora_sched.policy.fair import (
     quiet_guard_steps,
     star_fits_steps,
     star_victim_steps,
-    starvation_window,
     starved_steps,
     unscanned_steps,
     victim_steps,
     workload_bound,
 )
+from lora_sched.policy.check import FairHolds, check_trace
+from lora_sched.policy.core import Scheduler
+from lora_sched.policy.driver import Workload, run
+from lora_sched.policy.fair import starvation_window
 from lora_sched.policy.replay import replay
 from lora_sched.policy.workloads import starvation_stream
 from lora_sched.spec.config import Config, throttled
@@ -240,7 +239,7 @@ class VllmMachine(PolicyMachine):
 
 def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_prompt: int, max_output: int,
                     queue: int, victim_since: dict) -> str | None:
-    """The lemmas of `policy.fair`'s bound, checked after step `step` (`rec`)
+    """The lemmas of fair's bound (`policy.bound`), checked after step `step` (`rec`)
     of a fair run: D0's (`stay_violation`), the guards'
     (`guard_lemma_violation`), then, where every scan admits a prefix of
     the queue (`queue_order_applies`), those of B_queue
@@ -261,7 +260,7 @@ def lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_
 
 
 def stay_violation(sched: Scheduler, rec, step: int, stays: dict, d0: int) -> str | None:
-    """D0's lemma (`policy.fair`, `non_decode_steps`), checked after step
+    """D0's lemma (`policy.bound.non_decode_steps`), checked after step
     `step`: a request admitted with o outputs left stays in `running` at
     most D0 + o - 1 steps, the step that admits it included (`stays`:
     request -> (the step it was admitted, o); key None: request -> its
@@ -284,7 +283,7 @@ def stay_violation(sched: Scheduler, rec, step: int, stays: dict, d0: int) -> st
 
 
 def heads_lemma_violation(sched: Scheduler, rec, step: int, tenure: dict, allowance: int) -> str | None:
-    """The lemmas of B_heads (`policy.fair`), checked after step `step`:
+    """The lemmas of B_heads (`policy.bound`), checked after step `step`:
 
     - `arrival_order`: a step admits nobody who arrived after a request that
       is still waiting for its first admission;
@@ -316,7 +315,7 @@ def heads_lemma_violation(sched: Scheduler, rec, step: int, tenure: dict, allowa
 
 
 def queue_lemma_violation(sched: Scheduler, rec, step: int, deferred: dict) -> str | None:
-    """The lemmas of B_queue (`policy.fair`), checked after step `step`:
+    """The lemmas of B_queue (`policy.bound`), checked after step `step`:
 
     - `queue_order`: the step admits a prefix of the waiting queue as it
       stood when the step started;
@@ -351,7 +350,7 @@ def queue_lemma_violation(sched: Scheduler, rec, step: int, deferred: dict) -> s
 
 def guard_lemma_violation(sched: Scheduler, rec, step: int, star0: str | None, *, max_prompt: int,
                           max_output: int, queue: int, victim_since: dict) -> str | None:
-    """The lemmas of `policy.fair`'s guard bound, checked after step `step` (`rec`)
+    """The lemmas of the guards' bound (`policy.bound`), checked after step `step` (`rec`)
     of a fair run; `star0` is r* before the step; `victim_since` remembers
     when each (r*, the step it was chosen, victim) was first seen (a request
     admitted as r*, preempted and chosen again is a new r*), and (key "star_admitted")
@@ -515,7 +514,7 @@ class FairMachine(PolicyMachine):
 
 
 class FairHeadsMachine(FairMachine):
-    """fair where B_heads applies (`policy.fair.heads_apply`: the cap never
+    """fair where B_heads applies (`policy.bound.heads_apply`: the cap never
     blocks, synchronous, FCFS, no DP throttle; KV finite or not), with one
     priority and no step that skips running requests, so that
     `arrival_order` and `head_steps` are checked at every step of every
@@ -678,7 +677,6 @@ def test_lemma_monitors_catch_planted_bugs(planted):
     after its first admission breaks `full_or_starved`, on the throttle-space
     family whose worst wait B_queue brought within 4x (max_loras 4, two
     seats: every scan of the real rule admits a prefix)."""
-    from lora_sched.bench.families import FAMILY_DIR, load
     from planted import (
         KeepLateVictimGate,
         LateChoiceGate,
@@ -690,6 +688,8 @@ def test_lemma_monitors_catch_planted_bugs(planted):
         StepsWindowGate,
         UnboundedDrainGate,
     )
+
+    from experiments.families import FAMILY_DIR, load
 
     if planted in ("drain", "keep_late"):
         cfg, wl = starvation_stream(200)
@@ -723,8 +723,9 @@ def test_late_admissions_keep_every_lemma():
     happens on the burst v10 was designed on, and every lemma still holds
     there: `victim_drains` for each victim while it is one, and r* within G.
     (Random state machines reach it rarely, so it is pinned here.)"""
-    from lora_sched.bench.families import FAMILY_DIR, load
     from lora_sched.policy.fair import FairGate, FairGuard
+
+    from experiments.families import FAMILY_DIR, load
 
     dropped: list[int] = []
 
@@ -782,7 +783,7 @@ def test_unscanned_monitor_fires_when_p_is_planted_too_small(monkeypatch: pytest
     vacuous: on the KV-bound family searched against v10, two steps in a row
     preempt (and so skip the waiting scan), which p = N - 1 allows and a p
     planted at 1 does not."""
-    from lora_sched.bench.families import FAMILY_DIR, load
+    from experiments.families import FAMILY_DIR, load
 
     _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fairv10-kv-wait.json")
     cfg = replace(cfg, policy="fair")
@@ -798,7 +799,7 @@ def test_guard_monitor_fires_when_g_is_planted_too_small(monkeypatch: pytest.Mon
     (one seat, G = D + 2): on the bound family searched against the restated
     B, fair's own guards come close to G, so with G planted at D / 2 the
     monitor fires on fair's real rule, which keeps it at the real G."""
-    from lora_sched.bench.families import FAMILY_DIR, load
+    from experiments.families import FAMILY_DIR, load
 
     _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fairv9-bound-restated.json")
     cfg = replace(cfg, policy="fair")
@@ -817,7 +818,7 @@ def test_guard_monitor_fires_when_g_is_planted_too_small_where_capacity_admits_r
     4, `capacity_admits_star`): on the starvation stream (160 steps) fair's
     longest guard uses 0.71 of that G, so with G planted at half of it the
     monitor fires on fair's real rule, which keeps it at the real G."""
-    from lora_sched.bench.families import coded_families
+    from experiments.families import coded_families
 
     cfg, reqs = coded_families()["starvation stream 160"]
     cfg = replace(cfg, policy="fair")
@@ -836,7 +837,7 @@ def test_quiet_guard_monitor_fires_when_its_allowance_is_planted_too_small(monke
     but r* takes 24 of the D + 2 = 33 steps it is allowed, so with the
     allowance planted at a third of it the monitor fires on fair's real
     rule, which keeps the real one."""
-    from lora_sched.bench.families import FAMILY_DIR, load
+    from experiments.families import FAMILY_DIR, load
 
     _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fairv8-bound.json")
     cfg = replace(cfg, policy="fair")
@@ -861,7 +862,7 @@ def test_star_fits_monitor_fires_when_capacity_is_planted_to_admit_at_once(
     S = 5 cadences (15 steps; it was found at S = 16 when S counted steps:
     at 16 cadences, 48 steps, every r* that meets a free seat and slot is
     in at once)."""
-    from lora_sched.bench.families import FAMILY_DIR, load
+    from experiments.families import FAMILY_DIR, load
 
     _, cfg, reqs, _ = load(FAMILY_DIR / f"{family}.json")
     cfg = replace(cfg, policy="fair", starvation_steps=cfg.starvation_steps if knob is None else knob)
@@ -958,7 +959,7 @@ def test_d0_counts_the_throttle_before_every_budget_starved_step(monkeypatch: py
     (floor(N W / T) + k chunks = 12, D = 27) let `quiet_guard` fire (r63
     chosen at 12 and still waiting after step 41, with nobody admitted in
     between). With D0 = 36 every lemma holds."""
-    import lora_sched.policy.fair as fair
+    from lora_sched.policy import bound
 
     cfg, reqs = THROTTLED_CHUNKS_CASE
     p, o = max(r.prompt_tokens for r in reqs), max(r.max_tokens for r in reqs)
@@ -967,7 +968,7 @@ def test_d0_counts_the_throttle_before_every_budget_starved_step(monkeypatch: py
 
     def old_d0(config, *, max_prompt, max_output, queue=None):
         work = max_prompt + max_output - 1
-        return fair.seats(config, queue) * work // config.max_num_batched_tokens + config.prefill_schedule_interval
+        return bound.seats(config, queue) * work // config.max_num_batched_tokens + config.prefill_schedule_interval
 
     monkeypatch.setattr(sys.modules[__name__], "drain_steps",
                         lambda config, *, max_prompt, max_output, queue=None:
@@ -1080,8 +1081,9 @@ def test_deferrals_monitor_fires_when_the_throttle_ignores_requests_waiting_for_
     requests wait for capacity (`State.prefill_capacity_bound` stuck false),
     the DP throttle defers every off-cadence step, and a request of the
     throttle-space family waits through more deferred steps than k - 1."""
-    from lora_sched.bench.families import FAMILY_DIR, load
     from lora_sched.spec.state import State
+
+    from experiments.families import FAMILY_DIR, load
 
     _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fairv12-throttle-wait.json")
     cfg = replace(cfg, policy="fair")
@@ -1098,11 +1100,12 @@ def test_b_queue_without_the_requests_running_ahead_is_broken(monkeypatch: pytes
     (max_loras 4, one seat, so every scan admits a prefix), where fair's
     worst wait is 195; the real B_queue, 197, holds there (B is B_heads,
     196, the smaller)."""
-    from lora_sched.bench.families import FAMILY_DIR, load
-    from lora_sched.policy import fair
-    from lora_sched.policy.fair import seats
+    from lora_sched.policy import bound
+    from lora_sched.policy.bound import seats
     from lora_sched.spec.properties import bounded_wait
     from lora_sched.spec.state import peak_present, peak_waiting
+
+    from experiments.families import FAMILY_DIR, load
 
     _, cfg, reqs, _ = load(FAMILY_DIR / "adv-fair-bound.json")
     cfg = replace(cfg, policy="fair")
@@ -1111,9 +1114,9 @@ def test_b_queue_without_the_requests_running_ahead_is_broken(monkeypatch: pytes
     last = result.records[-1].step
     assert queue_order_applies(cfg, len(reqs))
     assert bounded_wait(states, last, observed_bound(cfg, reqs, result.records)) is None
-    b_queue = fair.queue_order_steps(cfg, queue=peak_present(result.records), waiting=peak_waiting(result.records),
-                                     max_prompt=max(r.prompt_tokens for r in reqs),
-                                     max_output=max(r.max_tokens for r in reqs))
+    b_queue = bound.queue_order_steps(cfg, queue=peak_present(result.records), waiting=peak_waiting(result.records),
+                                      max_prompt=max(r.prompt_tokens for r in reqs),
+                                      max_output=max(r.max_tokens for r in reqs))
     assert max(result.waits().values()) == 195 and b_queue == 197 and observed_bound(cfg, reqs, result.records) == 196
 
     def waiting_only(config, *, queue, waiting, max_prompt, max_output):
@@ -1122,7 +1125,7 @@ def test_b_queue_without_the_requests_running_ahead_is_broken(monkeypatch: pytes
         return ahead * d // n + starved_steps(config, ahead, max_prompt=max_prompt, max_output=max_output,
                                               queue=queue) + config.prefill_schedule_interval - 1
 
-    monkeypatch.setattr(fair, "queue_order_steps", waiting_only)
+    monkeypatch.setattr(bound, "queue_order_steps", waiting_only)
     planted = observed_bound(cfg, reqs, result.records)
     broken = bounded_wait(states, last, planted)
     assert planted == 168 and broken is not None and "waited 195 steps > B = 168" in broken.message, broken
@@ -1149,9 +1152,10 @@ def test_b_heads_is_reached_and_without_one_request_ahead_is_broken(monkeypatch:
     """B_heads = M H is reached exactly (`_heads_case`: wait 9 = B), and can
     fail: with M - 1 requests ahead it is 168 on `adv-fair-bound` (one seat,
     max_loras 4), where fair's worst wait is 195; the real B_heads, 196, holds."""
-    from lora_sched.bench.families import FAMILY_DIR, load
-    from lora_sched.policy import fair
+    from lora_sched.policy import bound
     from lora_sched.spec.properties import bounded_wait
+
+    from experiments.families import FAMILY_DIR, load
 
     cfg, reqs = _heads_case()
     result = run(cfg, Workload(reqs))
@@ -1164,10 +1168,10 @@ def test_b_heads_is_reached_and_without_one_request_ahead_is_broken(monkeypatch:
     last = result.records[-1].step
     assert max(result.waits().values()) == 195 and observed_bound(cfg, reqs, result.records) == 196
     assert bounded_wait(states, last, 196) is None
-    real = fair.ahead_of
-    monkeypatch.setattr(fair, "ahead_of", lambda config, *, queue, waiting: real(config, queue=queue,
-                                                                                waiting=waiting) - 1)
-    monkeypatch.setattr(fair, "queue_order_applies", lambda config, queue=None: False)  # B_heads alone
+    real = bound.ahead_of
+    monkeypatch.setattr(bound, "ahead_of", lambda config, *, queue, waiting: real(config, queue=queue,
+                                                                                 waiting=waiting) - 1)
+    monkeypatch.setattr(bound, "queue_order_applies", lambda config, queue=None: False)  # B_heads alone
     planted = observed_bound(cfg, reqs, result.records)
     broken = bounded_wait(states, last, planted)
     assert planted == 168 and broken is not None and "waited 195 steps > B = 168" in broken.message, broken
@@ -1181,8 +1185,9 @@ def test_heads_monitors_catch_planted_bugs(monkeypatch: pytest.MonkeyPatch):
     admission to its end (`_heads_case`: `r0` is the head 3 steps); and a
     step that leaves the head out (pipeline parallelism's skip, outside the
     model) breaks it too."""
-    from lora_sched.bench.families import FAMILY_DIR, load
     from planted import SkipFirstGate
+
+    from experiments.families import FAMILY_DIR, load
 
     me = sys.modules[__name__]  # `lemma_violation` reads `head_steps` from this module
 

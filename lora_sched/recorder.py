@@ -37,10 +37,12 @@ lines instead of every line (a crash then loses at most the last N).
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
 import vllm
+from vllm.logger import init_logger
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import RequestStatus
@@ -51,6 +53,7 @@ from lora_sched.spec.request import Request as SpecRequest
 from lora_sched.spec.state import StepRecord
 from lora_sched.spec.trace import TraceWriter
 
+_log = init_logger("vllm.lora_sched")  # under "vllm", whose handlers vLLM configures
 TRACE_ENV = "LORA_SCHED_TRACE"
 SOURCE = f"vllm {vllm.__version__}"
 
@@ -150,15 +153,33 @@ class RecorderMixin:
     # ---- hooks ---------------------------------------------------------------
     def add_request(self, request: Any) -> None:
         super().add_request(request)  # type: ignore[misc]
+        s: Any = self
         w = self._rec_writer
-        if w is None:
+        # A streaming session's next chunk or its close carries the session's
+        # id and is no new request: vLLM keeps its own, `request` is not it.
+        if w is None or s.requests.get(request.request_id) is not request:
             return
-        sp = request.sampling_params
-        lora = request.lora_request
-        req = SpecRequest(request.request_id, lora.lora_int_id if lora is not None else 0,
-                          request.num_prompt_tokens, int(sp.max_tokens if sp is not None else 1),
-                          self._rec_step + 1, int(request.priority))
-        w.arrive(req, self._rec_step + 1)
+        try:
+            sp = request.sampling_params
+            lora = request.lora_request
+            req = SpecRequest(request.request_id, lora.lora_int_id if lora is not None else 0,
+                              request.num_prompt_tokens, int(sp.max_tokens if sp is not None else 1),
+                              self._rec_step + 1, int(request.priority))
+            w.arrive(req, self._rec_step + 1)
+        except Exception as exc:
+            self._rec_fail(f"request {request.request_id!r} arriving", exc)
+
+    def _rec_fail(self, where: str, exc: BaseException) -> None:
+        """Recording stops (the engine serves on): one line names the trace,
+        the step and what could not be written; the trace keeps every line
+        written before."""
+        w, self._rec_writer = self._rec_writer, None
+        path = getattr(w, "path", "?")
+        _log.error("lora_sched: recording to %s stopped at step %d, %s: %s: %s", path, self._rec_step, where,
+                   type(exc).__name__, exc)
+        if w is not None:
+            with suppress(Exception):
+                w.close()
 
     def finish_requests(self, request_ids: Any, finished_status: RequestStatus) -> list[Any]:
         done = super().finish_requests(request_ids, finished_status)  # type: ignore[misc]
@@ -167,7 +188,10 @@ class RecorderMixin:
             if any(rid in o.record.scheduled for o in self._rec_open.values()):
                 self._rec_done.add(rid)
             if self._rec_writer is not None and finished_status == RequestStatus.FINISHED_ABORTED:
-                self._rec_writer.abort(rid, self._rec_step + 1)
+                try:
+                    self._rec_writer.abort(rid, self._rec_step + 1)
+                except Exception as exc:
+                    self._rec_fail(f"request {rid!r} aborting", exc)
         return done
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
@@ -216,7 +240,10 @@ class RecorderMixin:
         still = {rid for o in self._rec_open.values() for rid in o.record.scheduled}
         self._rec_done = {rid for rid in self._rec_done if rid in still} | \
             {rid for rid in rec.finished if rid in still}
-        self._rec_writer.step(rec)
+        try:
+            self._rec_writer.step(rec)
+        except Exception as exc:
+            self._rec_fail("writing the step", exc)
         return result
 
     def shutdown(self) -> None:

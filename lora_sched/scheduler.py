@@ -684,9 +684,19 @@ class PassOverQueue(RequestQueue):
         """What vLLM's loop asks before each visit: the run at the scan's place
         it would only skip is passed over first; and when the tally shows
         that it would only skip the rest, the scan ends here (False, once),
-        which leaves the queue as those skips would: in place, in order."""
+        which leaves the queue as those skips would: in place, in order.
+        Should that fail, the owner falls back to vLLM's rule (`_fault`),
+        which passes nothing over, and the scan reads on from its place."""
         if not self.scanning:
             return len(self) > 0
+        try:
+            return self._ask()
+        except Exception as exc:
+            self.owner._fault("pass-over", None, exc)
+            self.left = None
+            return self._unvisited() > 0
+
+    def _ask(self) -> bool:
         if self.prefix is None and not self._tail_first():
             self._pass_over()
             return self._unvisited() > 0
@@ -824,6 +834,23 @@ _PLAIN = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 _STRETCH = 64  # `PassOverQueue._pass_over`: the least stretch walked before the places are found
 
 
+def _salvage(queue: Any) -> Any:
+    """vLLM's own queue under the scan's wrappers, after one of them failed:
+    every request still waiting, once (a pass-over's requests set aside go
+    back; those its scan popped and admitted leave)."""
+    while isinstance(queue, (PassOverQueue, ScanOrderQueue)):
+        if isinstance(queue, PassOverQueue) and queue.aside:
+            queue.inner.prepend_requests(queue._aside())
+        queue = queue.inner
+    if isinstance(queue, deque):
+        seen: set[Request] = set()
+        keep = [r for r in queue if r.status != RequestStatus.RUNNING and not r.is_finished()
+                and not (r in seen or seen.add(r))]
+        queue.clear()
+        queue.extend(keep)
+    return queue
+
+
 def _adapter(request: Request) -> int:
     lora = request.lora_request
     return lora.lora_int_id if lora is not None else 0
@@ -869,21 +896,34 @@ class GateMixin(HookedMixin):
 
     - `scan_order(ctx, waiting)` when vLLM starts its waiting scan
       (`_before_waiting_scan`); the order is pinned on `ScanOrderQueue`;
-    - `decide(ctx, rid)` for every request the scan reaches the LoRA check
+    - `decide(ctx, key)` for every request the scan reaches the LoRA check
       with (`_lora_gate`): ADMIT, SKIP (vLLM's own skip) or STOP (`break`);
-    - `admitted(ctx, rid)` once a request it let through has joined
+    - `admitted(ctx, key)` once a request it let through has joined
       `running` (seen at the next LoRA check, or when `schedule()` returns),
       before any later request is decided, as the core tells it;
     - `step_done(ctx, batch_loras)` after every `schedule()`;
-    - `enqueued(state, rid)` when a request joins `waiting` (`add_request`,
-      `_preempt_request`) and `dequeued(state, rid)` when one leaves it
-      without being admitted (`_free_request` of a waiting request), so a
-      gate can index the queue (`fair`'s r* in O(log W));
+    - `enqueued(state, key)` when a request joins vLLM's waiting queues and
+      `dequeued(state, key)` when one leaves them without being admitted, so
+      a gate can index the queue (`fair`'s r* in O(log W));
     - `cap_closed(ctx)`, `held_for_scan()` and `waiting_by_adapter()`, where
       the gate has them (`fair`): the adapters whose requests `decide`
       would skip for the rest of the scan, and the index's counts, so that
       the scan skips and passes over those requests without a call
       (`PassOverQueue`).
+
+    The index follows vLLM's own queue operations, not the engine's calls:
+    a request is indexed when vLLM queues it (`_enqueue_waiting_request`: an
+    arrival, or a streaming-input session whose turn ended) or puts it back
+    (`_preempt_request`), and leaves the index when vLLM admits or frees it.
+    What vLLM does not queue is not indexed: a streaming session's next
+    chunk or its close (an `add_request` with the session's id) only changes
+    the session vLLM already holds. A session waiting for its client's next
+    chunk (`WAITING_FOR_STREAMING_REQ`) sits in vLLM's queue but waits for
+    the client, not the scheduler: it is indexed from the step that chunk
+    arrives. Every request vLLM holds has its own key, the request id, or
+    the id and its arrival number while a freed request of the same id is
+    still in the mirror, so an id reused after a finish or an abort is a new
+    request.
 
     `ctx.scheduled_loras` is vLLM's own `scheduled_loras` set, which its scan
     grows. `ctx.state` is `mirror`, a `spec.state.State` kept from vLLM's
@@ -891,12 +931,19 @@ class GateMixin(HookedMixin):
     `num_output_tokens`, `computed`, `stale` = `num_stale_output_tokens`,
     `placeholders`) are read from vLLM at each call; what vLLM does not keep
     the mixin records as the core does (arrival order `seq`; `waiting_since`,
-    the step a request last joined `waiting`, at arrival or preemption;
-    `first_admitted`). KV blocks held are not mirrored (no gate reads them).
-    A request vLLM frees stays in the mirror through the next `schedule()`
-    (a gate sees it finished once, as in the core; vLLM's engine runs that
-    step to report it finished) and is then dropped, so a long-running server
-    keeps no entry per request served.
+    the step a request last joined `waiting`; `first_admitted`). KV blocks
+    held are not mirrored (no gate reads them). A request vLLM frees stays in
+    the mirror through the next `schedule()` (a gate sees it finished once,
+    as in the core) and is then dropped, so a long-running server keeps no
+    entry per request served.
+
+    Fail safe: no exception from this class's own code reaches the engine.
+    Whatever raises in a hook (an inconsistency between the index and
+    vLLM's queues) is logged once with the request and what was expected;
+    the rest of that step runs vLLM's own rule (`HookedMixin._lora_gate`,
+    no pass-over), and when `schedule()` returns the mirror and the gate are
+    rebuilt from vLLM's queues (`resync`), keeping each request's arrival
+    order and wait. `faults` counts these over the scheduler's life.
     """
 
     pass_over_queue: type[PassOverQueue] = PassOverQueue
@@ -910,14 +957,12 @@ class GateMixin(HookedMixin):
         # pins only the requests it visits first: the mirror's `waiting` is not
         # rebuilt each step (`_sync_running`).
         self._indexed = hasattr(self.gate, "front")
-        self._resumed: set[str] = set()  # preempted, maybe with async output in flight
         self.mirror = State(config_of(s, self.policy_name))
         _log.info("lora_sched: %s on %s, starvation_steps=%d, max_loras=%s", self.policy_name,
                   type(self).__name__, self.starvation_steps, s.lora_config.max_loras if s.lora_config else None)
         self._arrivals = 0
         self._ctx: ScanContext | None = None
         self._candidate: Request | None = None  # let through by decide; admitted once it is running
-        self._freed: list[str] = []  # freed since the last schedule() began
         self._star_front: tuple[Request, list[Request]] | None = None  # r* moved first, what was ahead of it
         # `Gate.cap_closed` (fair): while not None, a request of an adapter (> 0)
         # outside it is skipped without a call to `decide`, unless `front` put it first;
@@ -929,57 +974,172 @@ class GateMixin(HookedMixin):
         self._passes_over = self._indexed and hasattr(self.gate, "cap_closed")
         self.passed = 0  # requests passed over, over the scheduler's life
         self.tails_first = 0  # scans that ended after the tail (`PassOverQueue._tail_first`)
-        self._blocked: set[Request] = set()  # arrived in a blocked status (structured output's grammar)
-        self._tail: list[Request] = []  # arrived since the last waiting scan (`PassOverQueue.tail`)
-        self._by_adapter: dict[int, set[Request]] = {}  # waiting requests per adapter (`PassOverQueue._jump`)
         self._stop_back: dict[int, int] = {}  # `PassOverQueue._places`: where the last scan found them
+        self.faults = 0  # inconsistencies caught (`_fault`), over the scheduler's life
+        self._stock = False  # this step runs vLLM's own rule (after a fault)
+        self._resync_due = False
+        self._forget()
         if not self._indexed:
             s.waiting = ScanOrderQueue(s.waiting)
 
-    # ---- the mirror ------------------------------------------------------------
-    def add_request(self, request: Request) -> None:
+    def _forget(self) -> None:
+        """No request tracked: what `__init__` and `resync` start from."""
+        self._key: dict[Request, str] = {}  # vLLM's request -> its key in the mirror and the gate
+        self._req: dict[str, Request] = {}  # ... and back
+        self._freed: list[tuple[str, ReqState]] = []  # freed since the last schedule() began
+        self._resumed: set[Request] = set()  # preempted, maybe with async output in flight
+        self._paused: set[Request] = set()  # streaming sessions waiting for their client
+        self._blocked: set[Request] = set()  # queued in a blocked status (structured output's grammar)
+        self._tail: list[Request] = []  # arrived since the last waiting scan (`PassOverQueue.tail`)
+        self._by_adapter: dict[int, set[Request]] = {}  # waiting requests per adapter (`PassOverQueue._jump`)
+
+    # ---- fail safe ---------------------------------------------------------------
+    def _fault(self, where: str, request: Request | None, exc: BaseException) -> None:
+        """An exception in this class's own code: logged (once a step), vLLM's
+        rule for the rest of the step, and a resync when `schedule()` returns."""
+        if not self._resync_due:
+            rid = request.request_id if request is not None else None
+            _log.warning("lora_sched: %s: inconsistent state at %s (request %r): %s: %s; scheduling as stock "
+                         "vLLM until this step ends, then resynchronising from vLLM's queues",
+                         self.policy_name, where, rid, type(exc).__name__, exc)
+        self.faults += 1
+        self._stock = self._resync_due = True
+        self._closed, self._held, self._first, self._candidate = None, frozenset(), set(), None
+
+    def resync(self) -> None:
+        """Rebuild the mirror and the gate from vLLM's queues: `running`, then
+        the waiting queues in vLLM's order. A request tracked before keeps
+        its arrival order and the step it joined `waiting`; the gate starts
+        afresh (fair: no r* until one has waited S steps)."""
         s: Any = self
-        super().add_request(request)  # type: ignore[misc]
-        arrival = s.current_step + 1
+        old, old_key = self.mirror.reqs, self._key
+        self.gate = make_gate(self.policy_name)
+        self.mirror = State(self.mirror.config, step=s.current_step)
+        self._forget()
+        self._ctx, self._candidate, self._star_front = None, None, None
+        self._closed, self._held, self._first = None, frozenset(), set()
+        queued = [*s.kv_holding_waiting, *s.waiting]
+
+        def prior_of(r: Request) -> ReqState | None:
+            prior = old.get(old_key.get(r, "\x00"))
+            return prior if prior is not None and prior.req.id == r.request_id else None
+
+        for r in sorted({*s.running, *queued}, key=lambda r: getattr(prior_of(r), "seq", 1 << 62)):
+            prior = prior_of(r)
+            rs = self._track(r, s.current_step)
+            if prior is not None:
+                rs.seq, rs.waiting_since, rs.first_admitted = prior.seq, prior.waiting_since, prior.first_admitted
+                rs.preemptions = prior.preemptions
+        self.mirror.running = [self._key[r] for r in s.running]
+        for r in s.running:
+            self.mirror.reqs[self._key[r]].status = "running"
+        for r in queued:
+            self._queued(r, self.mirror.reqs[self._key[r]].waiting_since)
+        self._stock = self._resync_due = False
+
+    # ---- the mirror ------------------------------------------------------------
+    def _spec_request(self, request: Request, arrival: int) -> SpecRequest:
+        """The mirror's request: what a gate reads (adapter, outputs, priority).
+        A streaming session's empty first chunk counts one prompt token."""
         sp = request.sampling_params
-        req = SpecRequest(request.request_id, _adapter(request), request.num_prompt_tokens,
-                          int(sp.max_tokens if sp is not None and sp.max_tokens else 1), arrival,
-                          int(request.priority))
-        self.mirror.reqs[request.request_id] = ReqState(req=req, seq=self._arrivals, waiting_since=arrival)
+        return SpecRequest(request.request_id, _adapter(request), max(1, request.num_prompt_tokens),
+                           int(sp.max_tokens if sp is not None and sp.max_tokens else 1), arrival,
+                           int(request.priority))
+
+    def _track(self, request: Request, arrival: int) -> ReqState:
+        """A mirror entry for `request`, under a key no other entry holds."""
+        rid = request.request_id
+        key = rid if rid not in self.mirror.reqs else f"{rid}\x00{self._arrivals}"
+        rs = ReqState(req=self._spec_request(request, arrival), seq=self._arrivals, waiting_since=arrival)
         self._arrivals += 1
+        self.mirror.reqs[key] = rs
+        self._key[request], self._req[key] = key, request
+        return rs
+
+    def _queued(self, request: Request, since: int) -> None:
+        """`request` is in vLLM's waiting queues since step `since`: index it,
+        unless it is a session waiting for its client."""
+        rs = self.mirror.reqs[self._key[request]]
+        rs.status, rs.waiting_since = "waiting", since
+        if request.status == RequestStatus.WAITING_FOR_STREAMING_REQ:
+            self._paused.add(request)
+            return
         if request.status not in _PLAIN:
             self._blocked.add(request)
         if self._passes_over:
-            self._tail.append(request)
             self._by_adapter.setdefault(_adapter(request), set()).add(request)
-        self.gate.enqueued(self.mirror, request.request_id)
+        self.gate.enqueued(self.mirror, self._key[request])
+
+    def _enqueue_waiting_request(self, request: Request) -> None:
+        """vLLM queues `request`: an arrival, or a session whose turn ended."""
+        super()._enqueue_waiting_request(request)  # type: ignore[misc]
+        try:
+            s: Any = self
+            if request not in self._key:
+                self._track(request, s.current_step + 1)
+                self._queued(request, s.current_step + 1)
+            else:  # a resumable session back from `running`, between two steps
+                self._queued(request, s.current_step + 1)
+            if self._passes_over:
+                self._tail.append(request)
+        except Exception as exc:
+            self._fault("enqueue", request, exc)
+
+    def _update_request_as_session(self, session: Request, update: Any) -> None:
+        """A streaming session takes its next chunk: its prompt and outputs
+        change; one waiting for its client is indexed from now."""
+        super()._update_request_as_session(session, update)  # type: ignore[misc]
+        try:
+            s: Any = self
+            rs = self.mirror.reqs[self._key[session]]
+            rs.req = self._spec_request(session, rs.req.arrival)
+            if session in self._paused:
+                self._paused.discard(session)
+                self._queued(session, s.current_step + 1)
+        except Exception as exc:
+            self._fault("streaming update", session, exc)
 
     def _preempt_request(self, request: Request, *args: Any, **kwargs: Any) -> None:
         s: Any = self
         super()._preempt_request(request, *args, **kwargs)  # type: ignore[misc]
-        rs = self.mirror.reqs[request.request_id]
-        rs.waiting_since, rs.status = s.current_step, "waiting"
-        rs.preemptions += 1
-        if self._indexed:  # `_sync_running` syncs it until it runs again
-            self._resumed.add(request.request_id)
-        if self._passes_over:
-            self._by_adapter.setdefault(_adapter(request), set()).add(request)
-        self.gate.enqueued(self.mirror, request.request_id)
+        try:
+            rs = self.mirror.reqs[self._key[request]]
+            rs.preemptions += 1
+            if self._indexed:  # `_sync_running` syncs it until it runs again
+                self._resumed.add(request)
+            self._queued(request, s.current_step)
+        except Exception as exc:
+            self._fault("preempt", request, exc)
 
     def _free_request(self, request: Request, *args: Any, **kwargs: Any) -> Any:
-        self._by_adapter.get(_adapter(request), set()).discard(request)
-        rs = self.mirror.reqs.get(request.request_id)
-        if rs is not None:
-            if rs.status == "waiting":
-                self.gate.dequeued(self.mirror, request.request_id)
-            rs.generated = request.num_output_tokens
-            rs.status = "aborted" if request.status == RequestStatus.FINISHED_ABORTED else "finished"
-            (self.mirror.aborted if rs.status == "aborted" else self.mirror.finished).add(request.request_id)
-            self._freed.append(request.request_id)
+        try:
+            self._untrack(request)
+        except Exception as exc:
+            self._fault("free", request, exc)
         return super()._free_request(request, *args, **kwargs)  # type: ignore[misc]
 
+    def _untrack(self, request: Request) -> None:
+        """vLLM frees `request`: out of the index; its entry stays, finished,
+        until the next `schedule()` ends."""
+        self._by_adapter.get(_adapter(request), set()).discard(request)
+        self._resumed.discard(request)
+        self._blocked.discard(request)
+        paused = request in self._paused
+        self._paused.discard(request)
+        key = self._key.pop(request, None)
+        if key is None:
+            return
+        self._req.pop(key, None)
+        rs = self.mirror.reqs[key]
+        if rs.status == "waiting" and not paused:
+            self.gate.dequeued(self.mirror, key)
+        rs.generated = request.num_output_tokens
+        rs.status = "aborted" if request.status == RequestStatus.FINISHED_ABORTED else "finished"
+        (self.mirror.aborted if rs.status == "aborted" else self.mirror.finished).add(key)
+        self._freed.append((key, rs))
+
     def _sync_one(self, r: Request) -> None:
-        rs = self.mirror.reqs[r.request_id]
+        rs = self.mirror.reqs[self._key[r]]
         rs.generated = r.num_output_tokens
         rs.computed = r.num_computed_tokens
         rs.stale = r.num_stale_output_tokens
@@ -992,18 +1152,16 @@ class GateMixin(HookedMixin):
         is synced again when the scan decides it (`_lora_gate`), and one that
         never ran has nothing to sync."""
         s: Any = self
-        st = self.mirror
+        st, key = self.mirror, self._key
         st.step = s.current_step
-        st.running = [r.request_id for r in s.running]
+        st.running = [key[r] for r in s.running]
         for r in s.running:
-            st.reqs[r.request_id].status = "running"
+            st.reqs[key[r]].status = "running"
             self._sync_one(r)
-        for rid in list(self._resumed):
-            r = s.requests.get(rid)
-            if r is None or r.status == RequestStatus.RUNNING or not r.num_stale_output_tokens:
-                self._resumed.discard(rid)
-            if r is not None:
-                self._sync_one(r)
+        for r in list(self._resumed):
+            if r.status == RequestStatus.RUNNING or not r.num_stale_output_tokens:
+                self._resumed.discard(r)
+            self._sync_one(r)
 
     def _sync(self) -> None:
         """Queues, statuses and counters from vLLM, as they are now."""
@@ -1011,32 +1169,28 @@ class GateMixin(HookedMixin):
             self._sync_running()
             return
         s: Any = self
-        st = self.mirror
+        st, key = self.mirror, self._key
         st.step = s.current_step
         waiting = [*s.kv_holding_waiting, *s.waiting]
-        st.waiting = [r.request_id for r in waiting]
-        st.running = [r.request_id for r in s.running]
+        st.waiting = [key[r] for r in waiting]
+        st.running = [key[r] for r in s.running]
         for r in (*waiting, *s.running):
-            rs = st.reqs[r.request_id]
-            rs.status = "running" if r.status == RequestStatus.RUNNING else "waiting"
-            rs.generated = r.num_output_tokens
-            rs.computed = r.num_computed_tokens
-            rs.stale = r.num_stale_output_tokens
-            rs.placeholders = r.num_output_placeholders
+            st.reqs[key[r]].status = "running" if r.status == RequestStatus.RUNNING else "waiting"
+            self._sync_one(r)
 
     def _flush_admitted(self) -> None:
         """Tell the gate about the request it let through, if it joined `running`."""
         request, self._candidate = self._candidate, None
         if request is None or request.status != RequestStatus.RUNNING or self._ctx is None:
             return
-        rid = request.request_id
+        key = self._key[request]
         self._by_adapter.get(_adapter(request), set()).discard(request)
-        rs = self.mirror.reqs[rid]
+        rs = self.mirror.reqs[key]
         rs.status = "running"
         if rs.first_admitted is None:
             rs.first_admitted = self.mirror.step
-        self.mirror.running.append(rid)
-        self.gate.admitted(self._ctx, rid)
+        self.mirror.running.append(key)
+        self.gate.admitted(self._ctx, key)
         self._refresh_closed()
 
     def _refresh_closed(self) -> None:
@@ -1050,27 +1204,34 @@ class GateMixin(HookedMixin):
 
     # ---- the hooks ---------------------------------------------------------------
     def _before_waiting_scan(self, scheduled_loras: set[int]) -> None:
+        if self._stock:
+            return
+        try:
+            self._begin_scan(scheduled_loras)
+        except Exception as exc:
+            self._fault("scan start", None, exc)
+
+    def _begin_scan(self, scheduled_loras: set[int]) -> None:
         s: Any = self
         self._sync()
         self._ctx = ScanContext(self.mirror, s.current_step, scheduled_loras)
         if self._indexed:  # the gate indexes `waiting`: only what it puts first moves
             front: Any = self.gate
-            first = [s.requests[rid] for rid in front.front(self._ctx) if rid in s.requests]
+            first = [self._req[key] for key in front.front(self._ctx)]
             self._first = {r.request_id for r in first}
             if first:
                 self._put_first(first[0])
             self._refresh_closed()
             if self._passes_over:
                 if self._blocked:
-                    self._blocked = {r for r in self._blocked
-                                     if r.request_id in s.requests and s._is_blocked_waiting_status(r.status)}
+                    self._blocked = {r for r in self._blocked if s._is_blocked_waiting_status(r.status)}
                 s.waiting = queue = self.pass_over_queue(s.waiting, self)
                 queue.count(front.waiting_by_adapter(), s.kv_holding_waiting)
                 queue.tail, self._tail = self._tail, []
             return
         order = self.gate.scan_order(self._ctx, list(self.mirror.waiting))
-        queued = {r.request_id: r for r in s.waiting}
-        s.waiting.pin(queued[rid] for rid in order if rid in queued)
+        queued = set(s.waiting)
+        s.waiting.pin(r for r in map(self._req.__getitem__, order) if r in queued)
 
     def _put_first(self, request: Request) -> None:
         """`request` (r*) first in this scan. In vLLM's FCFS deque it moves to
@@ -1128,6 +1289,15 @@ class GateMixin(HookedMixin):
             queue.insert(place, star)
 
     def _lora_gate(self, request: Request, scheduled_loras: set[int]) -> str:
+        if self._stock:
+            return HookedMixin._lora_gate(self, request, scheduled_loras)
+        try:
+            return self._decide(request, scheduled_loras)
+        except Exception as exc:
+            self._fault("decide", request, exc)
+            return HookedMixin._lora_gate(self, request, scheduled_loras)
+
+    def _decide(self, request: Request, scheduled_loras: set[int]) -> str:
         closed, held = self._closed, self._held
         if (closed is not None or held) and self._candidate is None:  # `cap_closed`, `held_for_scan`
             lora = request.lora_request
@@ -1136,10 +1306,11 @@ class GateMixin(HookedMixin):
                 return _SKIP
         if self._candidate is not None:
             self._flush_admitted()
-        assert self._ctx is not None and self._ctx.scheduled_loras is scheduled_loras
-        if self._resumed and request.request_id in self._resumed:  # (indexed gates only: `_preempt_request`)
+        if self._ctx is None or self._ctx.scheduled_loras is not scheduled_loras:
+            raise RuntimeError("the LoRA check ran outside the waiting scan the gate was told of")
+        if self._resumed and request in self._resumed:  # (indexed gates only: `_preempt_request`)
             self._sync_one(request)  # a request that never ran has nothing to sync
-        decision, _why = self.gate.decide(self._ctx, request.request_id)
+        decision, _why = self.gate.decide(self._ctx, self._key[request])
         if decision is Decision.ADMIT:
             self._candidate = request
         elif self._passes_over:
@@ -1147,28 +1318,58 @@ class GateMixin(HookedMixin):
         return decision.value
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
-        s: Any = self
+        if self._resync_due:  # a fault between two steps (`add_request`, `finish_requests`)
+            self._resync_safely()
         freed, self._freed = self._freed, []
         self._ctx, self._closed, self._held, self._first = None, None, frozenset(), set()
         try:
             out = super().schedule(*args, **kwargs)  # type: ignore[misc]
         finally:
+            self._end_scan()
+        try:
+            self._step_done(out, freed)
+        except Exception as exc:
+            self._fault("step end", None, exc)
+        if self._resync_due:
+            self._resync_safely()
+        return out
+
+    def _resync_safely(self) -> None:
+        try:
+            self.resync()
+        except Exception as exc:  # vLLM's rule again next step, and another try
+            _log.warning("lora_sched: %s: resynchronising failed (%s: %s); scheduling as stock vLLM",
+                         self.policy_name, type(exc).__name__, exc)
+
+    def _end_scan(self) -> None:
+        """vLLM's own queue back in `waiting`, as its scan leaves it."""
+        s: Any = self
+        try:
             if self._indexed:
                 self._put_back()
             else:
                 s.waiting.unpin()
-        self._flush_admitted()
-        self._closed, self._held, self._first = None, frozenset(), set()
-        self._sync()
-        batch = {_adapter(s.requests[rid]) for rid in out.num_scheduled_tokens} - {0}
-        ctx = self._ctx if self._ctx is not None else ScanContext(self.mirror, s.current_step, set(batch))
-        self.gate.step_done(ctx, batch)
+        except Exception as exc:
+            self._fault("scan end", None, exc)
+            s.waiting = _salvage(s.waiting) if self._indexed else s.waiting
+            self._star_front = None
+
+    def _step_done(self, out: Any, freed: list[tuple[str, ReqState]]) -> None:
+        s: Any = self
+        if not self._stock:
+            self._flush_admitted()
+            self._closed, self._held, self._first = None, frozenset(), set()
+            self._sync()
+            batch = {_adapter(s.requests[rid]) for rid in out.num_scheduled_tokens} - {0}
+            ctx = self._ctx if self._ctx is not None else ScanContext(self.mirror, s.current_step, set(batch))
+            self.gate.step_done(ctx, batch)
         self._ctx = None
-        for rid in freed:  # freed before this schedule(): the gate has seen them finished
-            self.mirror.reqs.pop(rid, None)
-            self.mirror.finished.discard(rid)
-            self.mirror.aborted.discard(rid)
-        return out
+        mirror = self.mirror
+        for key, rs in freed:  # freed before this schedule() ended: the gate has seen them finished
+            if mirror.reqs.get(key) is rs:
+                del mirror.reqs[key]
+                mirror.finished.discard(key)
+                mirror.aborted.discard(key)
 
 
 class DrainerMixin(GateMixin):

@@ -46,7 +46,7 @@ def claims(policy: str, config: Config, *, skipped_running: bool = False) -> set
       (proved for any size: `proofs.unbounded`, models vllm+skip@0.33 and
       blocking+skip@0.33; tests/test_releases.py).
     - `fair` counts every running request's adapter, so it claims both caps
-      everywhere, and `bounded_wait` (checked where `policy.fair.bound_applies`).
+      everywhere, and `bounded_wait` (checked where `policy.bound.bound_applies`).
     - The reference gates (tests/test_reference_gates.py) keep vLLM's cap;
       `timeslice` also claims both caps everywhere: at most `max_loras`
       adapters are active and an adapter in use is never deactivated, so

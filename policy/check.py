@@ -15,9 +15,10 @@ every few seconds. `python -m
 lora_sched.bench.checkspeed` prints its speed and peak memory.
 
 The checker sits in `policy`, above the spec it judges by: the properties
-and the observer are `spec`'s, while the holds `fair` declares and its bound
-B (`policy.fair`), the replay (`policy.replay`) and the cost model that
-states B in seconds (`policy.costmodel`) are policy code.
+and the observer are `spec`'s, while the holds `fair` declares (`FairHolds`,
+running `policy.fair.FairGuard`), its bound B (`policy.bound`), the replay
+(`policy.replay`) and the cost model that states B in seconds
+(`policy.costmodel`) are policy code.
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from lora_sched.policy.bound import bound_applies, fair_bound
 from lora_sched.policy.costmodel import DEFAULT
-from lora_sched.policy.fair import FairHolds, bound_applies, fair_bound
+from lora_sched.policy.fair import FairGuard, Waiting, slot_outputs_left, starvation_window
 from lora_sched.policy.replay import Replayer, ReplayResult, due_events
+from lora_sched.spec.cap import cap_blocks
 from lora_sched.spec.config import POLICIES, REFERENCE_POLICIES, Config
 from lora_sched.spec.observe import Observer
-from lora_sched.spec.properties import ALL_PROPERTIES, Violation
+from lora_sched.spec.properties import ALL_PROPERTIES, StepView, Violation
 from lora_sched.spec.state import StepRecord
 from lora_sched.spec.trace import Abort, Arrive, Event, Step, Trace, TraceError, TraceReader, read_trace, step_line_at
 
@@ -94,7 +97,7 @@ class _Stats:
 
 
 def bound_for(trace: Trace) -> tuple[int | None, str]:
-    """B of `policy.fair` for this trace's config and requests, or why none applies."""
+    """fair's B (`policy.bound`) for this trace's config and requests, or why none applies."""
     stats = _Stats()
     for ev in trace.events:
         stats.add(ev)
@@ -102,7 +105,7 @@ def bound_for(trace: Trace) -> tuple[int | None, str]:
 
 
 def _bound(cfg: Config, stats: _Stats) -> tuple[int | None, str]:
-    """B of `policy.fair` for this trace's config and requests (`observed_bound`), or why none applies."""
+    """fair's B (`policy.bound`) for this trace's config and requests (`observed_bound`), or why none applies."""
     if not stats.requests:
         return None, "no requests"
     why = bound_applies(cfg, stats.priorities)
@@ -113,6 +116,83 @@ def _bound(cfg: Config, stats: _Stats) -> tuple[int | None, str]:
     return b, (f"B = {b} steps (<= {b * DEFAULT.max_step_seconds(cfg):.4g} s at the cost model's longest step): "
                f"fair's bound for this config, Q = {stats.present} requests present and "
                f"Qw = {stats.waiting} waiting at the peak")
+
+
+class FairHolds:
+    """The guard's holds as `spec.properties.no_hol_blocking` sees them on a trace.
+
+    Runs `FairGuard` on the observed state alone (waiting order,
+    waiting-since steps, outputs left, the running requests and admissions
+    of each step), calling it as `policy.fair.FairGate` does: `begin_scan` when a scan
+    starts, `visit_star` when the scan reaches r* (it does unless the budget
+    or the seats were gone before it: the core's loop checks both before each
+    request), `holds` per request, `admitted` per admission in scan order.
+    So a trace recorded from `fair` inside vLLM is judged by the guard the
+    reference runs. It declares two kinds of hold: the guard's
+    (`fair_guard`) and fair's cap over every running request's adapter
+    (`fair_cap`), which is stricter than the cap `no_hol_blocking` applies.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.guard = FairGuard(starvation_window(config), config.max_loras, config.queue == "priority")
+        self._order: list[str] = []
+        self._base: set[int] = set()
+        self._scanned = False
+        self.held_ids: set[str] = set()  # the requests the guard holds in this step's scan
+        self._told: set[str] = set()  # this step's admissions told to the guard
+
+    def begin(self, view: StepView) -> str | None:
+        rec, cfg = view.rec, view.config
+        running = [r for r in rec.running if r not in rec.preempted]
+        self._base = {view.adapter[r] for r in running if view.adapter[r] > 0}
+        g = self.guard
+        now = set(rec.waiting)
+        for rid in g.waiting_ids() - now:
+            g.dequeue(rid)  # admitted (told in `end`) or aborted / finished
+        for rid in rec.waiting:  # arrivals, and requests that rejoined (preempted)
+            entry = g._waiting.get(rid)
+            if entry is None or entry[0] != view.waiting_since[rid]:
+                g.enqueue(Waiting(rid, view.adapter[rid], view.waiting_since[rid], view.seq[rid], view.priority[rid]))
+        star = g.begin_scan(rec.step, view.in_flight.__contains__)
+        budget = cfg.max_num_batched_tokens - sum(n for r, n in rec.scheduled.items() if r not in rec.admitted)
+        self._order = ([star] if star is not None else []) + [r for r in rec.waiting if r != star]
+        admitted = set(rec.admitted)
+        self._told = set()
+        if star is not None and budget > 0 and len(running) < cfg.max_num_seqs:
+            self.guard.visit_star(slot_outputs_left((view.adapter[r], view.outputs_left[r]) for r in running))
+            if star in admitted:
+                self._tell(star)  # r* comes first: the rest of the scan runs without a guard
+        # `holds` in scan order, on the requests the scan judges (not r*, not
+        # stale), each admission told before the next request is judged
+        self.held_ids = set()
+        for r in self._order:
+            if r == star or r in view.in_flight:
+                continue
+            if self.guard.holds(r, view.adapter[r], view.outputs_left[r]):
+                self.held_ids.add(r)
+            elif r in admitted:
+                self._tell(r)
+        self._scanned = True
+        return star
+
+    def _tell(self, rid: str) -> None:
+        self.guard.admitted(rid)
+        self._told.add(rid)
+
+    def hold(self, view: StepView, rid: str) -> str | None:
+        if rid in self.held_ids:
+            return "fair_guard"
+        admitted = set(view.rec.admitted)
+        before = self._order[:self._order.index(rid)] if rid in self._order else []
+        active = self._base | {view.adapter[r] for r in before if r in admitted and view.adapter[r] > 0}
+        return "fair_cap" if cap_blocks(active, view.adapter[rid], view.config.max_loras) else None
+
+    def end(self, view: StepView) -> None:
+        if self._scanned:  # admissions `begin` did not judge (it tells the others in scan order)
+            for rid in view.rec.admitted:
+                if rid not in self._told:
+                    self.guard.admitted(rid)
+        self._scanned = False
 
 
 class TraceCheck:

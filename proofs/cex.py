@@ -17,10 +17,10 @@ from typing import Any
 
 import z3
 from lora_sched.policy import make_gate
+from lora_sched.policy.bound import fair_bound
 from lora_sched.policy.check import check_trace
 from lora_sched.policy.core import Scheduler
 from lora_sched.policy.driver import Workload, run
-from lora_sched.policy.fair import fair_bound
 from lora_sched.proofs.unroll import Path
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
@@ -263,7 +263,7 @@ class LassoOutcome:
     detail: str
     victim_wait: int  # steps the victim waited when the replay stopped (still waiting)
     queue: int  # Q: the most requests present (waiting or running) at any step
-    bound: int  # fair's B for the configuration and Q (`policy.fair.fair_bound`)
+    bound: int  # fair's B for the configuration and Q (`policy.bound.fair_bound`)
     fair_worst: int | None = None  # `fair`'s worst wait on the same workload
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from lora_sched.policy.fair import fair_bound, guard_bound
+from lora_sched.policy.bound import fair_bound, guard_bound
 from lora_sched.proofs import encoding as enc
 from lora_sched.proofs import engine, unbounded
 from lora_sched.proofs.cex import replay_lasso
@@ -17,10 +17,10 @@ def fair_B(b: enc.Bounds, queue: int | None = None) -> int:
 
     Where `b` pins one configuration (every range one value, no async
     scheduling, KV unlimited: the `Config` built here is the one checked), B
-    is its `policy.fair.fair_bound`, B_queue included where every scan
+    is its `policy.bound.fair_bound`, B_queue included where every scan
     admits a prefix of the queue and B_heads where the cap never blocks
     (`fair-wait-heads`). Over a range it is the guards' bound
-    (`policy.fair.guard_bound`: Qw (D + D0 + E + 2S + 3 + p) - S, E the
+    (`policy.bound.guard_bound`: Qw (D + D0 + E + 2S + 3 + p) - S, E the
     steps r* can wait once a seat and a slot are free (`star_fits_steps`),
     or Qw (D + S + 2 + p) where max_loras >= N and the cap cannot block r*;
     p = N - 1 where KV can run out, else 0) for the config values of `b`

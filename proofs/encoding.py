@@ -1009,7 +1009,7 @@ def prop_no_hol_blocking(p: Params, aux: StepAux) -> z3.BoolRef:
     or, on a throttled step, that needs more than one token (declared
     stops). Under fair, the guard's holds (the victim's requests, but its
     drain admissions) and fair's cap over every running adapter
-    are declared holds (`policy.fair.FairHolds`). With a finite KV pool the
+    are declared holds (`policy.check.FairHolds`). With a finite KV pool the
     replay also ends at the first request whose whole sequence does not fit
     the blocks left, and a step that preempted is a declared hold as a whole
     (vLLM does not scan then); see `_no_hol_general` for the queue order.

@@ -8,7 +8,7 @@ vLLM's `scheduled_loras`, which starts from the scheduled running requests on
 every running request's adapter);
 the rule over that set is written here once and used by the reference gates
 (`policy.gate`), the policies inside vLLM (`lora_sched.scheduler`), the trace
-checker (`spec.properties.no_hol_blocking`, `policy.fair.FairHolds`).
+checker (`spec.properties.no_hol_blocking`, `policy.check.FairHolds`).
 `proofs.encoding` encodes the same rule in SMT and is checked against this
 function by `tests/test_proofs_differential.py`.
 """

@@ -16,12 +16,12 @@ from lora_sched.spec.request import Request
 
 
 def peak_present(records: Iterable[StepRecord]) -> int:
-    """Q of `policy.fair.fair_bound`: the most requests waiting or running when a step starts."""
+    """Q of `policy.bound.fair_bound`: the most requests waiting or running when a step starts."""
     return max((len(r.waiting) + len(r.running) for r in records), default=0)
 
 
 def peak_waiting(records: Iterable[StepRecord]) -> int:
-    """Qw of `policy.fair.fair_bound`: the most requests waiting when a step starts."""
+    """Qw of `policy.bound.fair_bound`: the most requests waiting when a step starts."""
     return max((len(r.waiting) for r in records), default=0)
 
 

@@ -114,7 +114,7 @@ class NewestStarvingGuard(FairGuard):
 
     def _oldest_starving(self, step: int, stale=lambda rid: False) -> str | None:
         cands = [(since, rid) for rid, (since, _a) in self._waiting.items()
-                 if step - since >= self.starvation_steps and not stale(rid)]
+                 if step - since >= self.window_steps and not stale(rid)]
         return max(cands)[1] if cands else None
 
 

@@ -17,8 +17,8 @@ from dataclasses import replace
 import pytest
 from hypothesis import example, given, settings, target
 from hypothesis import strategies as st
+from lora_sched.policy.bound import observed_bound
 from lora_sched.policy.driver import RunResult, Workload, run
-from lora_sched.policy.fair import observed_bound
 from lora_sched.policy.workloads import FAMILIES, behind_lora_stream
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request

@@ -63,7 +63,7 @@ def test_replacement_needs_a_more_urgent_level():
     that one has waited S steps, not before; a later request of r*'s own
     level never replaces it; without the priority queue nothing does."""
     for priority_queue in (True, False):
-        g = FairGuard(starvation_steps=2, max_loras=1, priority_queue=priority_queue)
+        g = FairGuard(window_steps=2, max_loras=1, priority_queue=priority_queue)
         g.enqueue(Waiting("low", 1, 0, 0, priority=1))
         g.enqueue(Waiting("same", 2, 1, 1, priority=1))
         g.enqueue(Waiting("urgent", 3, 1, 2, priority=0))

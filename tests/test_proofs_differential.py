@@ -21,8 +21,9 @@ from dataclasses import replace
 import pytest
 import z3
 from lora_sched.policy import make_gate
+from lora_sched.policy.check import FairHolds
 from lora_sched.policy.core import Scheduler
-from lora_sched.policy.fair import FairGuard, FairHolds
+from lora_sched.policy.fair import FairGuard
 from lora_sched.proofs import encoding as enc
 from lora_sched.spec.config import Config, throttled
 from lora_sched.spec.observe import Observer

@@ -24,9 +24,9 @@ from dataclasses import replace
 
 from hypothesis import find, given
 from hypothesis import strategies as st
+from lora_sched.policy.bound import workload_bound
 from lora_sched.policy.check import check_trace
 from lora_sched.policy.driver import Workload, run
-from lora_sched.policy.fair import workload_bound
 from lora_sched.spec.config import REFERENCE_POLICIES, Config
 from lora_sched.spec.request import Request
 from lora_sched.spec.trace import read_trace

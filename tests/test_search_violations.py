@@ -22,9 +22,9 @@ from dataclasses import replace
 
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis import strategies as st
+from lora_sched.policy.bound import workload_bound
 from lora_sched.policy.check import check_trace, observe_trace
 from lora_sched.policy.driver import Workload, run
-from lora_sched.policy.fair import workload_bound
 from lora_sched.spec.config import Config
 from lora_sched.spec.observe import Observer
 from lora_sched.spec.request import Request

@@ -22,7 +22,7 @@ held for it.
 Everything is derived from the trace events through `policy.check.observe_trace`
 and `spec.observe.Observer` (the same code `lora-sched check` runs), so the
 violations drawn are exactly those `check` reports; r*, the victims and the
-held requests come from `policy.fair.FairHolds`, the guard object the policy
+held requests come from `policy.check.FairHolds`, the guard object the policy
 itself uses.
 """
 
@@ -34,8 +34,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from lora_sched.policy.check import bound_for, observe_trace
-from lora_sched.policy.fair import FairHolds
+from lora_sched.policy.check import FairHolds, bound_for, observe_trace
 from lora_sched.spec.observe import Observer
 from lora_sched.spec.properties import StepView, Violation
 from lora_sched.spec.trace import Abort, Trace, read_trace

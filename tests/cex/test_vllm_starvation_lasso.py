@@ -8,7 +8,7 @@ fair's bound B for the same configuration and observed Q, and runs `fair`
 on the same workload.
 """
 
-from lora_sched.policy.fair import fair_bound
+from lora_sched.policy.bound import fair_bound
 from lora_sched.proofs.cex import Cex, replay_lasso
 
 CEX = {'aborts': {},

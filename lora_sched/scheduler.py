@@ -834,6 +834,28 @@ _PLAIN = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 _STRETCH = 64  # `PassOverQueue._pass_over`: the least stretch walked before the places are found
 
 
+# `GateMixin._fault`: what each hook expects of the state it reads.
+_EXPECTED = {
+    "enqueue": "a request vLLM queues to be new or tracked",
+    "streaming update": "the session taking its next chunk to be tracked",
+    "preempt": "the request vLLM preempts to be tracked",
+    "free": "the request vLLM frees to be tracked once",
+    "scan start": "the gate's index to hold only requests in vLLM's waiting queues",
+    "decide": "every request vLLM's scan reaches to be tracked and indexed",
+    "pass-over": "the pass-over tally to match vLLM's waiting queue",
+    "scan end": "vLLM's waiting queue to come back whole from the scan",
+    "step end": "every running request to be tracked",
+}
+
+
+class Drift(LookupError):
+    """The gate names a request vLLM does not hold (`rid`)."""
+
+    def __init__(self, rid: str, what: str) -> None:
+        super().__init__(f"{what}: {rid!r}")
+        self.rid = rid
+
+
 def _salvage(queue: Any) -> Any:
     """vLLM's own queue under the scan's wrappers, after one of them failed:
     every request still waiting, once (a pass-over's requests set aside go
@@ -998,10 +1020,10 @@ class GateMixin(HookedMixin):
         """An exception in this class's own code: logged (once a step), vLLM's
         rule for the rest of the step, and a resync when `schedule()` returns."""
         if not self._resync_due:
-            rid = request.request_id if request is not None else None
-            _log.warning("lora_sched: %s: inconsistent state at %s (request %r): %s: %s; scheduling as stock "
-                         "vLLM until this step ends, then resynchronising from vLLM's queues",
-                         self.policy_name, where, rid, type(exc).__name__, exc)
+            rid = request.request_id if request is not None else getattr(exc, "rid", None)
+            _log.warning("lora_sched: %s: inconsistent state at %s (request %r): expected %s; got %s: %s; "
+                         "scheduling as stock vLLM until this step ends, then resynchronising from vLLM's "
+                         "queues", self.policy_name, where, rid, _EXPECTED[where], type(exc).__name__, exc)
         self.faults += 1
         self._stock = self._resync_due = True
         self._closed, self._held, self._first, self._candidate = None, frozenset(), set(), None
@@ -1217,7 +1239,11 @@ class GateMixin(HookedMixin):
         self._ctx = ScanContext(self.mirror, s.current_step, scheduled_loras)
         if self._indexed:  # the gate indexes `waiting`: only what it puts first moves
             front: Any = self.gate
-            first = [self._req[key] for key in front.front(self._ctx)]
+            first = []
+            for key in front.front(self._ctx):
+                if key not in self._req:
+                    raise Drift(key, "r* is not a request vLLM holds")
+                first.append(self._req[key])
             self._first = {r.request_id for r in first}
             if first:
                 self._put_first(first[0])

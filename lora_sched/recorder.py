@@ -109,6 +109,10 @@ class RecorderMixin:
     `policy_name` names the policy in the trace header)."""
 
     policy_name: str
+    # What an instance vLLM's tests build without `__init__` (`object.__new__`) reads: not recording.
+    _rec_writer: TraceWriter | None = None
+    _rec_open: dict[int, _Open] = {}  # read only: `schedule` opens records only with a writer
+    _rec_done: set[str] = frozenset()  # type: ignore[assignment]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

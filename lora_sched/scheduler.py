@@ -969,6 +969,10 @@ class GateMixin(HookedMixin):
     """
 
     pass_over_queue: type[PassOverQueue] = PassOverQueue
+    # Read by `_fault` even on an instance built without `__init__` (vLLM's tests do).
+    faults = 0  # inconsistencies caught (`_fault`), over the scheduler's life
+    _stock = False  # this step runs vLLM's own rule (after a fault)
+    _resync_due = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -997,9 +1001,6 @@ class GateMixin(HookedMixin):
         self.passed = 0  # requests passed over, over the scheduler's life
         self.tails_first = 0  # scans that ended after the tail (`PassOverQueue._tail_first`)
         self._stop_back: dict[int, int] = {}  # `PassOverQueue._places`: where the last scan found them
-        self.faults = 0  # inconsistencies caught (`_fault`), over the scheduler's life
-        self._stock = False  # this step runs vLLM's own rule (after a fault)
-        self._resync_due = False
         self._forget()
         if not self._indexed:
             s.waiting = ScanOrderQueue(s.waiting)

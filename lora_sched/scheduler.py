@@ -13,46 +13,13 @@ runs too, so the three cannot drift apart), and the field's reference gates,
 `DrainerScheduler` (SGLang's LoRADrainer), `TimesliceScheduler` (LoRAX's
 adapter cycle) and `VtcScheduler` (VTC), each with an `Async` twin.
 
-How the policy gets into vLLM. vLLM (0.32, 0.33) decides LoRA admission inline in
-`Scheduler.schedule()` (a ~900-line method) and offers no hook. Rather than
-copy the method (a fork) or patch its text (brittle), `hook_schedule` parses
-vLLM's own `schedule()` with `ast`, finds two nodes by their shape, and adds
-two hook calls; every other statement is vLLM's, unchanged:
-
-1. the LoRA-cap `if` (its test reads `max_loras`, `scheduled_loras` and
-   `lora_request`; its body is `skip_request(...); continue`) becomes
-   `_d = self._lora_gate(request, scheduled_loras)`, then `break` on "stop"
-   and vLLM's own skip body on "skip";
-2. the `if` that guards the waiting scan (its test reads `preempted_reqs`;
-   it holds `while token_budget > 0:`) gets
-   `self._before_waiting_scan(scheduled_loras)` as its first statement
-   (`scheduled_loras` is vLLM's own set, which its scan then grows).
-
-A gate's scan order (`scan_order`) is applied by `ScanOrderQueue`, a
-`RequestQueue` around vLLM's own queue that yields the pinned requests
-before the others for one scan and, when the scan puts skipped requests
-back, restores the order they had (as the reference keeps it). A gate that
-indexes `waiting` itself and puts one request first (`fair`'s r*, through
-`Gate.front`) leaves vLLM's FCFS deque in place: r* is moved to its front
-for the scan and, if the scan leaves it waiting, moved back to where the
-reference keeps it (`_put_first`, `_put_back`), so the scan sees vLLM's
-own deque in vLLM's own order. Once the cap is full (`Gate.cap_closed`), or
-fair holds an adapter for the rest of the scan (`FairGate.held_for_scan`),
-the requests vLLM's scan would only skip are passed over before its loop
-reaches them (`PassOverQueue`, for that one scan: in the FCFS deque the
-scan reads past them, and nothing moves but the requests that leave it; in
-the heap they are popped and pushed back), so they end among its skipped
-requests in the order they had; and when a tally of the queue (per
-adapter, from the gate's index, and how many are not yet in vLLM's
-`deferred_waiting`) shows that all but the requests that arrived since the
-last scan would only be skipped, those arrivals are visited first and the
-scan ends after them. So vLLM's loop visits the requests that can run, not
-the whole backlog. No request field is written.
-
-If the installed vLLM is not a release `spec.releases` lists (0.32.x,
-0.33.x), or its `schedule()` does not have exactly one node of each shape,
-import fails with `UnsupportedVllm`, naming the installed vLLM version and
-the supported range, instead of running a silently different scheduler.
+The deploy package, by concept: `lora_sched.hook` adds two calls to vLLM's
+own `schedule()` (found by shape with `ast`; any other vLLM is refused at
+import with `UnsupportedVllm`); `lora_sched.queues` holds the waiting queue
+as the scan sees it (r* first, and the requests a full cap would only skip
+passed over); this module holds the settings, the mixins that feed a gate
+vLLM's state (`GateMixin`: the index, its lifecycle, the fail-safe path) and
+the classes.
 
 Every class records a `lora-sched-trace` of every step when the engine
 process has `LORA_SCHED_TRACE=PATH` in its environment
@@ -70,741 +37,34 @@ naming it.
 
 from __future__ import annotations
 
-import ast
-import inspect
-import textwrap
 from collections import deque
-from collections.abc import Iterable, Iterator
-from contextlib import suppress
-from itertools import chain, compress, count, islice
-from operator import is_
+from itertools import islice
 from typing import Any
 
-import vllm
-import vllm.v1.core.sched.scheduler as _vsched
 from vllm.logger import init_logger
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-from vllm.v1.core.sched.request_queue import PriorityRequestQueue, RequestQueue
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
+from lora_sched.hook import RELEASE, SCHEDULE, SUPPORTED_VLLM, UnsupportedVllm, check_version, hook_schedule
 from lora_sched.policy import make_gate
 from lora_sched.policy.gate import Decision, Gate, ScanContext
+from lora_sched.queues import PLAIN, PassOverQueue, ScanOrderQueue, adapter_of, salvage
 from lora_sched.recorder import RecorderMixin, config_of
-from lora_sched.spec import releases
 from lora_sched.spec.cap import cap_blocks
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request as SpecRequest
 from lora_sched.spec.state import ReqState, State
 
+__all__ = ["CLASSES", "RELEASE", "SUPPORTED_VLLM", "AsyncFairScheduler", "FairScheduler", "GateMixin",
+           "PassOverQueue", "ScanOrderQueue", "UnsupportedVllm", "check_version", "hook_schedule", "settings_from"]
+
 _log = init_logger("vllm.lora_sched")  # under "vllm", whose handlers vLLM configures
-# The releases whose schedule() shape this module was built and conformed against (spec.releases).
-SUPPORTED_VLLM = releases.SUPPORTED
 CONFIG_KEY = "lora_sched"
 SETTINGS = {"starvation_steps": Config().starvation_steps}
 
 
-class UnsupportedVllm(ImportError):
-    """vLLM's `schedule()` lacks a shape the hooks need."""
 
-
-# ---- the AST hook -------------------------------------------------------------
-
-def _names(node: ast.AST) -> set[str]:
-    """Every identifier and attribute name read in `node`."""
-    out: set[str] = set()
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name):
-            out.add(n.id)
-        elif isinstance(n, ast.Attribute):
-            out.add(n.attr)
-    return out
-
-
-def _is_lora_cap_if(node: ast.AST) -> bool:
-    if not isinstance(node, ast.If) or node.orelse:
-        return False
-    body = node.body
-    return (
-        {"max_loras", "scheduled_loras", "lora_request"} <= _names(node.test)
-        and len(body) == 2
-        and isinstance(body[0], ast.Expr)
-        and isinstance(body[0].value, ast.Call)
-        and isinstance(body[0].value.func, ast.Name)
-        and body[0].value.func.id == "skip_request"
-        and isinstance(body[1], ast.Continue)
-    )
-
-
-def _is_budget_loop(node: ast.AST) -> bool:
-    return (
-        isinstance(node, ast.While)
-        and isinstance(node.test, ast.Compare)
-        and isinstance(node.test.left, ast.Name)
-        and node.test.left.id == "token_budget"
-        and isinstance(node.test.ops[0], ast.Gt)
-    )
-
-
-def _is_waiting_scan_if(node: ast.AST) -> bool:
-    return (
-        isinstance(node, ast.If)
-        and "preempted_reqs" in _names(node.test)
-        and any(_is_budget_loop(n) for n in node.body)
-    )
-
-
-def _find(tree: ast.AST, pred: Any, what: str, version: str) -> tuple[list[ast.stmt], int]:
-    """The one statement list and index holding a node matching `pred`."""
-    found = []
-    for parent in ast.walk(tree):
-        for field in ("body", "orelse", "finalbody"):
-            stmts = getattr(parent, field, None)
-            if isinstance(stmts, list):
-                found += [(stmts, i) for i, s in enumerate(stmts) if pred(s)]
-    if len(found) != 1:
-        raise UnsupportedVllm(
-            f"lora_sched.scheduler: vLLM {version}'s Scheduler.schedule() has {len(found)} {what} "
-            f"(expected exactly 1); lora_sched supports vLLM {SUPPORTED_VLLM}. Install a supported vLLM "
-            f"or update lora_sched.scheduler.hook_schedule for this one."
-        )
-    return found[0]
-
-
-def hook_schedule(source: str, *, version: str = vllm.__version__, filename: str = _vsched.__file__) -> Any:
-    """vLLM's `schedule()` (its source text) with the two hooks added; returns the function."""
-    tree = ast.parse(textwrap.dedent(source))
-    stmts, i = _find(tree, _is_lora_cap_if, "LoRA-cap `if` blocks (`skip_request(...); continue` "
-                     "under a test of max_loras / scheduled_loras)", version)
-    original = stmts[i]
-    hook = ast.parse(
-        "_lora_decision = self._lora_gate(request, scheduled_loras)\n"
-        "if _lora_decision == 'stop':\n    break\n"
-        "if _lora_decision == 'skip':\n    pass\n"
-    ).body
-    assert isinstance(original, ast.If) and isinstance(hook[2], ast.If)
-    hook[2].body = original.body  # vLLM's own skip: skip_request(request_queue); continue
-    for node in hook:
-        ast.copy_location(node, original)
-    stmts[i:i + 1] = hook
-    stmts, i = _find(tree, _is_waiting_scan_if, "waiting-scan blocks (`if not preempted_reqs ...:` "
-                     "holding `while token_budget > 0:`)", version)
-    scan = stmts[i]
-    assert isinstance(scan, ast.If)
-    call = ast.parse("self._before_waiting_scan(scheduled_loras)").body[0]
-    scan.body.insert(0, ast.copy_location(call, scan.body[0]))
-    ast.fix_missing_locations(tree)
-    namespace: dict[str, Any] = {}
-    # Compile under vLLM's module's __future__ flags, not this module's.
-    flags = getattr(vars(_vsched).get("annotations"), "compiler_flag", 0)
-    code = compile(tree, f"{filename} (lora_sched hooks)", "exec", flags=flags, dont_inherit=True)
-    exec(code, vars(_vsched), namespace)  # noqa: S102
-    return namespace["schedule"]
-
-
-def check_version(version: str) -> str:
-    """The registry's release for vLLM `version` (`0.33.0` -> `0.33`), or
-    `UnsupportedVllm` naming the version and the supported range."""
-    try:
-        return releases.get(version).name
-    except releases.UnknownRelease:
-        raise UnsupportedVllm(
-            f"lora_sched.scheduler: vLLM {version} is not a supported release; lora_sched supports vLLM "
-            f"{SUPPORTED_VLLM}. Install a supported vLLM, or add the release to lora_sched.spec.releases "
-            f"once the conformance suite passes on it."
-        ) from None
-
-
-RELEASE = check_version(vllm.__version__)
-_SCHEDULE = hook_schedule(inspect.getsource(Scheduler.schedule))
-
-
-# ---- the scan order ---------------------------------------------------------------
-
-class ScanOrderQueue(RequestQueue):
-    """vLLM's waiting queue, yielding pinned requests first, for one scan.
-
-    A policy pins the order its scan visits (`fair`: r* alone; a reference
-    gate: its `scan_order`). Each `peek_request` / `pop_request` yields the
-    first pinned request still queued, then the queue's own order.
-    Everything else is delegated to the queue vLLM built (FCFS deque or
-    priority heap). While a scan is pinned, requests vLLM puts back
-    (`prepend_requests`, its skipped requests) are restored to the order the
-    queue had when the scan started, so the scan order reorders nothing that
-    outlives the scan. One pinned request in an FCFS queue (`fair`'s r*) is
-    put back in O(visited): its place then is its place when the scan began
-    less the requests ahead of it that the scan took out (the skipped ones
-    come back in visit order, which is queue order); otherwise the queue is
-    re-sorted by the order it had when the scan began."""
-
-    def __init__(self, inner: RequestQueue) -> None:
-        self.inner = inner
-        self.front: list[Request] = []
-        self._order: dict[str, int] | None = None
-        self._pinned: Request | None = None  # the one pinned request of the O(visited) path
-        self._place = 0  # its index in the FCFS queue when the scan began
-        self._popped: list[Request] = []  # requests the scan took out, in visit order
-        self._queued = False  # `pin(queued=True)`
-
-    def pin(self, order: Iterable[Request], *, queued: bool = False) -> None:
-        """Yield `order` first. `queued`: its requests are in the queue until
-        the scan pops them (no membership test per peek)."""
-        self.front = list(order)
-        self._popped = []
-        self._queued = queued
-        if len(self.front) == 1 and isinstance(self.inner, deque):
-            self._pinned, self._order = self.front[0], None
-            self._place = self.inner.index(self._pinned) if self._pinned in self.inner else 0
-        elif self.front and not isinstance(self.inner, PriorityRequestQueue):
-            self._pinned, self._order = None, {r.request_id: i for i, r in enumerate(self.inner)}
-        else:  # the heap puts back by its own key: no order to restore
-            self._pinned, self._order = None, None
-
-    def unpin(self) -> None:
-        self.front, self._order, self._pinned, self._popped = [], None, None, []
-
-    def _head(self) -> Request | None:
-        while self.front and not self._queued and self.front[0] not in self.inner:
-            self.front.pop(0)
-        return self.front[0] if self.front else None
-
-    def add_request(self, request: Request) -> None:
-        self.inner.add_request(request)
-
-    def pop_request(self) -> Request:
-        head = self._head()
-        if head is not None:
-            self.front.pop(0)
-            self.inner.remove_request(head)
-            out = head
-        else:
-            out = self.inner.pop_request()
-        if self._pinned is not None:
-            self._popped.append(out)
-        return out
-
-    def peek_request(self) -> Request:
-        head = self._head()
-        return head if head is not None else self.inner.peek_request()
-
-    def prepend_request(self, request: Request) -> None:
-        self.inner.prepend_request(request)
-
-    def prepend_requests(self, requests: Iterable[Request]) -> None:
-        requests = list(requests)
-        self.inner.prepend_requests(requests)
-        star = self._pinned
-        if star is not None and any(r is star for r in requests):
-            back = {id(r) for r in requests}
-            ahead = [r for r in self._popped if r is not star][:self._place]
-            place = self._place - sum(1 for r in ahead if id(r) not in back)
-            if place:
-                inner: Any = self.inner
-                inner.remove(star)
-                inner.insert(place, star)
-            return
-        order = self._order
-        if order is not None and not isinstance(self.inner, PriorityRequestQueue):
-            rest = list(self.inner)
-            self.inner.remove_requests(rest)
-            rest.sort(key=lambda r: order.get(r.request_id, len(order)))
-            for r in rest:
-                self.inner.add_request(r)
-
-    def remove_request(self, request: Request) -> None:
-        self.inner.remove_request(request)
-
-    def remove_requests(self, requests: Iterable[Request]) -> None:
-        self.inner.remove_requests(requests)
-
-    def __bool__(self) -> bool:
-        return bool(self.inner)
-
-    def __len__(self) -> int:
-        return len(self.inner)
-
-    def __iter__(self) -> Iterator[Request]:
-        return iter(self.inner)
-
-
-class PassOverQueue(RequestQueue):
-    """vLLM's waiting queue (FCFS deque or priority heap) for one scan of a
-    gate with `cap_closed` (`fair`), passing over the requests the full cap
-    (or fair's hold) skips.
-
-    Once the cap is full, vLLM's scan visits every waiting request of another
-    adapter only to skip it (its loop's checks, the hooked LoRA check,
-    `skip_request`): under a backlog over many adapters that is most of
-    `schedule()`'s time. This queue passes such a request over before vLLM's
-    loop reaches it (in `__bool__`, which the loop asks right before each
-    `peek_request`) when vLLM's own visit would skip it and do nothing else:
-    the driver's `_lora_gate` shortcut skips it (an adapter (> 0) outside
-    `cap_closed` or in `held_for_scan`, not put first, no admission
-    pending), its status is plain WAITING or PREEMPTED
-    (`_handle_blocked_waiting_request` changes nothing), it holds no KV
-    blocks (the skip would queue it in `waiting`, not
-    `kv_holding_waiting`), and it is already in vLLM's `deferred_waiting`
-    (the skip's `deferred_waiting.add` is a no-op).
-
-    In the FCFS deque nothing moves while the scan runs: the scan reads the
-    deque from a place (`at`), which a run passed over moves on by its
-    length and each `pop_request` by one (noting the place, `popped`).
-    vLLM's own skips leave a FCFS deque in the order it had, less the
-    requests that left it; so when vLLM puts its skipped requests back
-    (`prepend_requests`), or after the scan (`restore`), the popped requests
-    it did not put back (admitted, or queued in `kv_holding_waiting`) are
-    deleted from their places (`_settle`: one `del` each, at C speed),
-    however long the runs passed over. In the heap the passed-over requests
-    are popped and pushed back by their key (where vLLM's own put-back
-    pushes too). Either way the queue ends as vLLM's own skips leave it:
-    every request still waiting, in the order it had.
-
-    A long backlog would still cost a visit per request here. So the queue
-    also keeps a tally (`count`): per adapter, the requests not yet visited
-    (from the gate's index), and how many are not yet deferred. When it
-    shows that everything but the requests that arrived since the last scan
-    (the driver's `tail`, still at the deque's back) would only be skipped,
-    the scan's place moves to the tail (`_tail_first`, O(1)), vLLM visits
-    it, and the scan ends (`__bool__` answers False once) before the
-    prefix, which stays where it was, ahead of the tail. When requests of
-    adapters the scan may still admit stand in the way, the run up to the
-    next of them is read off their places (`_jump`), found at C speed from
-    the driver's waiting requests per adapter: when they are few, where the
-    last scan found them (`_places`), checked request by request; else by
-    one pass over the deque, after a stretch of the run is walked (a short
-    run costs less to walk than the pass). `passed` and `tails_first` (on
-    the owner) count over the scheduler's life."""
-
-    def __init__(self, inner: Any, owner: Any) -> None:
-        self.inner = inner
-        self.owner = owner
-        self.fcfs = isinstance(inner, deque)
-        # FCFS: the place of the next request the scan reads (all before it were
-        # passed over or popped), the places vLLM's loop popped (in visit order),
-        # and an iterator over the deque that yields the request at `_it_at` next
-        self.at = 0
-        self.popped: list[tuple[int, Request]] = []
-        self._it: Iterator[Request] | None = None
-        self._it_at = 0
-        self.taken: list[Request] = []  # heap: out of the queue this scan, in visit order
-        self.aside: set[Request] = set()  # heap: those passed over, not yet put back (hashed by identity)
-        self.scanning = True
-        # The tally that lets the scan end at once (`count`): None, or the
-        # queue's requests not yet visited per adapter, ...
-        self.left: dict[int, int] | None = None
-        self.undeferred = 0  # ... how many of them are not in `deferred_waiting`,
-        self.first_left: set[str] = set()  # ... and the requests put first not yet visited.
-        self.tail: list[Request] = []  # arrived since the last scan (the driver's), for `_tail_first`
-        self.prefix: int | None = None  # `_tail_first`: the prefix's length while the tail goes first
-        self.tail_at = 0  # ... and the tail's place
-        self._tail_stats: tuple[dict[int, int], int] | None = None  # per adapter, not deferred
-        # `_jump`: the places where a run must end, when they were found (the
-        # adapters that may still be admitted), the next one
-        self._stops_key: tuple[tuple[int, ...], int] | None = None
-        self._stop_at: list[int] = []
-        self._stop_next = 0
-
-    def count(self, waiting_by_adapter: dict[int, int], kv_holding: Iterable[Request]) -> None:
-        """Start the tally from the gate's count of waiting requests per adapter
-        (both of vLLM's queues) less `kv_holding_waiting`'s. It is kept only
-        if it adds up to this queue's length and `deferred_waiting` (which
-        vLLM keeps within its two queues) leaves a count >= 0 outside it."""
-        left = dict(waiting_by_adapter)
-        deferred = self.owner.deferred_waiting
-        held_deferred = 0
-        for r in kv_holding:
-            a = _adapter(r)
-            left[a] = left.get(a, 0) - 1
-            held_deferred += r in deferred
-        n = self._unvisited()
-        undeferred = n - (len(deferred) - held_deferred)
-        if sum(left.values()) == n and undeferred >= 0 and min(left.values(), default=0) >= 0:
-            self.left, self.undeferred = left, undeferred
-            self.first_left = set(self.owner._first)
-
-    def _unvisited(self) -> int:
-        """The requests the scan has not reached (in the heap, all it holds)."""
-        return len(self.inner) - self.at
-
-    def _passes_but(self, k: int, tail_left: dict[int, int], tail_undeferred: int) -> bool:
-        """Every request not yet visited but the last `k` (of which `tail_left`
-        per adapter, `tail_undeferred` not deferred) would be skipped with
-        nothing else done, by the tally, in O(max_loras): all deferred, plain
-        (the driver knows no blocked status is waiting), of an adapter (> 0)
-        outside `cap_closed` or in `held_for_scan`; none put first; and none
-        holds KV blocks, as vLLM queues those in `kv_holding_waiting`."""
-        owner, left = self.owner, self.left
-        m = self._unvisited() - k
-        if left is None or m <= 0 or owner._candidate is not None or self.first_left or owner._blocked \
-                or self.undeferred != tail_undeferred:
-            return False
-        closed, held = owner._closed, owner._held
-        if closed is None:
-            return bool(held) and m == sum(left.get(a, 0) - tail_left.get(a, 0) for a in held if a > 0)
-        return left.get(0, 0) == tail_left.get(0, 0) and all(
-            left.get(a, 0) == tail_left.get(a, 0) for a in closed if a not in held)
-
-    def _tail_first(self) -> bool:
-        """If the requests not yet visited are those that arrived since the
-        last scan (the driver's `tail`, appended in order, not yet deferred)
-        behind a prefix that would only be skipped, move the scan's place to
-        the tail and end the scan when it has been visited (O(1)): `prefix`
-        is the prefix's length, `tail_at` the tail's place; the prefix stays
-        where it is, ahead of the tail, as vLLM's own skips would leave it."""
-        tail = self.tail
-        k = len(tail)
-        if not self.fcfs or self.left is None or k > self._unvisited() \
-                or self.owner._candidate is not None or self.first_left:
-            return False
-        if self._tail_stats is None:  # once a scan: the tail is unvisited while k <= the unvisited
-            if k and any(x is not y for x, y in zip(reversed(self.inner), reversed(tail), strict=False)):
-                self.left = None  # something else joined behind them, or one left: no tally
-                return False
-            tail_left: dict[int, int] = {}
-            for r in tail:
-                a = _adapter(r)
-                tail_left[a] = tail_left.get(a, 0) + 1
-            deferred = self.owner.deferred_waiting
-            self._tail_stats = (tail_left, sum(r not in deferred for r in tail))
-        if not self._passes_but(k, *self._tail_stats):
-            return False
-        self.prefix = self._unvisited() - k
-        self.at = self.tail_at = len(self.inner) - k
-        self.owner.tails_first += 1
-        return True
-
-    def _settle(self, skipped: Iterable[Request]) -> None:
-        """The deque as vLLM's own skips leave it, once its scan is over: the
-        requests vLLM popped and did not put back (`skipped`) are deleted
-        from their places, the last first (O(their distance to the nearer
-        end), at C speed). Everything else never moved: the requests passed
-        over, those vLLM skipped, and, after `_tail_first`, the prefix ahead
-        of the tail. A request put back that this scan did not pop (vLLM's
-        loop puts back only what it popped) goes to the front, as vLLM's
-        own put-back would put it."""
-        skipped = list(skipped)
-        back = set(skipped)
-        popped, self.popped = self.popped, []
-        self._it = None
-        q = self.inner
-        for place, r in reversed(popped):
-            if r in back:
-                back.discard(r)
-            else:
-                del q[place]
-        if back:
-            q.extendleft([r for r in skipped if r in back])
-
-    def _visited(self, r: Request) -> None:
-        left = self.left
-        if left is not None:
-            left[_adapter(r)] -= 1
-            self.undeferred -= r not in self.owner.deferred_waiting
-            self.first_left.discard(r.request_id)
-
-    @staticmethod
-    def _passes(r: Request, closed: set[int] | None, held: set[int] | frozenset[int], first: set[str],
-                deferred: set[Request]) -> bool:
-        lora = r.lora_request
-        if lora is None or lora.lora_int_id <= 0:
-            return False
-        a = lora.lora_int_id
-        return ((a in held or (closed is not None and a not in closed)) and r.request_id not in first
-                and r.status in _PLAIN and not r.num_computed_tokens and r in deferred)
-
-    def _pass_over(self) -> None:
-        owner = self.owner
-        closed, held = owner._closed, owner._held
-        if (closed is None and not held) or owner._candidate is not None or not self.scanning:
-            return
-        first, deferred = owner._first, owner.deferred_waiting
-        if self.fcfs:  # the run at the scan's place that vLLM's visits would skip: read past it
-            if self.at >= len(self.inner) or not self._passes(self.inner[self.at], closed, held, first, deferred):
-                return  # no run: nothing to find
-            n = self._jump(eager=False)
-            if n is None:  # walk; a stretch first when the tally could place the run's end after all
-                stretch = max(_STRETCH, self._unvisited() // 16)
-                n = self._walk(closed, held, first, deferred, stretch)
-                if n == stretch:
-                    self.at += n
-                    owner.passed += n
-                    n = self._jump()
-                    if n is None:
-                        n = self._walk(closed, held, first, deferred)
-            self.at += n
-            owner.passed += n
-            # After a jump the run holds no request of an adapter the scan may
-            # still admit, whose counts are all the tally reads from then on
-            # (the cap stays closed to the scan's end, and the held adapters
-            # only grow), so the others' counts are left as they were.
-            return
-        q, passes = self.inner, self._passes  # the heap's order: its top, while it passes
-        run = []
-        while q and passes(q.peek_request(), closed, held, first, deferred):
-            run.append(q.pop_request())
-        if run:
-            self.taken += run
-            self.aside.update(run)
-            owner.passed += len(run)
-            left = self.left
-            if left is not None:  # all deferred: only the adapters' counts move
-                for r in run:
-                    left[r.lora_request.lora_int_id] -= 1
-
-    def _iter_at(self) -> Iterator[Request]:
-        """An iterator over the deque from the scan's place: one, kept through
-        the scan (nothing changes the deque while it runs), moved on at C
-        speed; a new one when the deque changed or it is past the place."""
-        it, k = self._it, self.at - self._it_at
-        if it is None or k < -1:
-            it, k = iter(self.inner), self.at
-        elif k == -1:  # the request read last, not passed over, is the place's
-            it, k = chain((self.inner[self.at],), it), 0
-        if k:
-            next(islice(it, k, k), None)
-        self._it, self._it_at = it, self.at
-        return it
-
-    def _walk(self, closed: set[int] | None, held: set[int] | frozenset[int], first: set[str],
-              deferred: set[Request], limit: int | None = None) -> int:
-        """The run's length, request by request from the scan's place (each
-        one's adapter counted off the tally, all being deferred), or `limit`
-        when the run is at least that long."""
-        n, plain, left = 0, _PLAIN, self.left
-        it = self._iter_at()
-        for r in it if limit is None else islice(it, limit):  # `_passes`, inlined: most of a long backlog's scan
-            lora = r.lora_request
-            if lora is None:
-                break
-            a = lora.lora_int_id
-            if a <= 0 or not (a in held or (closed is not None and a not in closed)) \
-                    or r.status not in plain or r.num_computed_tokens or r not in deferred \
-                    or r.request_id in first:
-                break
-            n += 1
-            if left is not None:
-                left[a] -= 1
-        else:
-            self._it_at = self.at + n
-            return n
-        self._it_at = self.at + n + 1  # read, not passed over
-        return n
-
-    def _jump(self, *, eager: bool = True) -> int | None:
-        """The run's length by the tally, at C speed, or None when the tally
-        cannot tell (or, not `eager`, when the places would have to be found
-        and they are many: more than a tenth of the requests not yet
-        visited, where a short run is walked for less; `_pass_over` walks a
-        stretch first). When every request not yet visited but the tail is
-        deferred and plain and none is put first, the run ends at the first
-        request of an adapter the scan may still admit (the base model, and
-        those in `cap_closed` not held) or of the tail: their places are
-        found once (again only when a hold narrows the adapters) from the
-        driver's waiting requests of those adapters (`_places`), and their
-        count there must match the tally's; then, as nothing moves in the
-        deque while the scan runs, the next place less the scan's is the
-        run's length."""
-        owner, left, tail = self.owner, self.left, self.tail
-        closed, held = owner._closed, owner._held
-        if left is None or closed is None or owner._blocked or self.first_left or self.prefix is not None:
-            return None
-        if self._tail_stats is None or self._unvisited() < len(tail):
-            return None
-        tail_left, tail_undeferred = self._tail_stats
-        if self.undeferred != tail_undeferred:
-            return None
-        admissible = [0, *(a for a in closed if a not in held)]
-        key = (tuple(admissible), len(held))
-        if self._stops_key != key:
-            want = sum(left.get(a, 0) for a in admissible) + sum(
-                v for a, v in tail_left.items() if a not in admissible)
-            if not eager and 10 * want > self._unvisited():
-                return None
-            by = owner._by_adapter
-            stops = set(tail).union(*(by.get(a, ()) for a in admissible))
-            places = self._places(stops, want)
-            if places is None:
-                self.left = None  # the driver's sets and the tally disagree: walk, this scan
-                return None
-            self._stops_key, self._stop_at, self._stop_next = key, places, 0
-        at, here = self._stop_at, self.at
-        i = self._stop_next
-        while i < len(at) and at[i] < here:
-            i += 1
-        self._stop_next = i
-        return at[i] - here if i < len(at) else len(self.inner) - here
-
-    def _places(self, stops: set[Request], want: int) -> list[int] | None:
-        """The places of `stops` in the deque from the scan's place on, in
-        order, or None when they are not `want`. The tail's are at the back.
-        When the others are few (with the tail, a tenth of the requests not
-        yet visited, or less), each is first looked for where the last scan
-        found it (`owner._stop_back`: its distance from the deque's back
-        then; a request joining at the back is the `tail`, so only one
-        joining elsewhere behind it, or one before the scan's place, could
-        leave it short of that place): read there (`deque[i] is r`, at C
-        speed), and where it is not, by `deque.index` from there on. That
-        answer is exact (each place holds that very request) and complete
-        when all but the ones the scan popped are found (so none of them is
-        elsewhere in the deque) and they are `want`; else one
-        `map(set.__contains__, ...)` over the deque from the scan's place
-        finds them. The places found, when few, are kept for the next
-        scan."""
-        q, here, owner, tail = self.inner, self.at, self.owner, self.tail
-        n, k = len(q), len(tail)
-        few = 10 * len(stops) <= n - here
-        places: list[int] | None = None
-        found: list[Request] = []
-        if few and owner._stop_back:
-            found = list(stops.difference(tail, [r for _, r in self.popped]))
-            back = list(map(owner._stop_back.get, map(id, found)))
-            if None not in back:
-                m = n - k
-                places = [m - d for d in back]
-                if min(places, default=here) < here or not all(map(is_, map(q.__getitem__, places), found)):
-                    places = None
-                    with suppress(ValueError):  # not found from its place on: look everywhere
-                        places = list(map(q.index, found, [max(p, here) for p in [m - d for d in back]]))
-                if places is not None:
-                    found += tail
-                    places += range(m, n)
-        if places is None:
-            flags = list(map(stops.__contains__, self._iter_at()))
-            self._it = None  # read to the end
-            places = list(compress(count(here), flags))
-            found = list(map(q.__getitem__, places)) if few else []
-        if len(places) != want:
-            return None
-        if few:
-            owner._stop_back = {id(r): n - p for r, p in zip(found, places, strict=True)}
-            places.sort()
-        return places
-
-    def __bool__(self) -> bool:
-        """What vLLM's loop asks before each visit: the run at the scan's place
-        it would only skip is passed over first; and when the tally shows
-        that it would only skip the rest, the scan ends here (False, once),
-        which leaves the queue as those skips would: in place, in order.
-        Should that fail, the owner falls back to vLLM's rule (`_fault`),
-        which passes nothing over, and the scan reads on from its place."""
-        if not self.scanning:
-            return len(self) > 0
-        try:
-            return self._ask()
-        except Exception as exc:
-            self.owner._fault("pass-over", None, exc)
-            self.left = None
-            return self._unvisited() > 0
-
-    def _ask(self) -> bool:
-        if self.prefix is None and not self._tail_first():
-            self._pass_over()
-            return self._unvisited() > 0
-        if self.at < len(self.inner):  # the tail, first
-            return True
-        self.scanning = False  # the prefix, which would only be skipped
-        self.owner.passed += self.prefix
-        return False
-
-    # What vLLM peeks right after asking is what it pops: nothing is passed over between.
-    def peek_request(self) -> Request:
-        return self.inner[self.at] if self.fcfs else self.inner.peek_request()
-
-    def pop_request(self) -> Request:
-        if self.fcfs:
-            out = self.inner[self.at]
-            self.popped.append((self.at, out))
-            self.at += 1
-        else:
-            out = self.inner.pop_request()
-            self.taken.append(out)
-        self._visited(out)
-        return out
-
-    def prepend_requests(self, requests: Iterable[Request]) -> None:
-        """vLLM's skipped requests back (its scan is over): in the FCFS deque,
-        the ones it took and did not put back leave their places (`_settle`);
-        in the heap, the passed-over ones are pushed back with them."""
-        self.scanning = False
-        if self.fcfs:
-            self._settle(requests)
-            return
-        if not self.aside:
-            self.inner.prepend_requests(requests)
-            return
-        aside, self.aside = self._aside(), set()
-        self.inner.prepend_requests([*requests, *aside])
-
-    def restore(self) -> Any:
-        """After the scan: vLLM's own queue, as its skips leave it (vLLM put
-        nothing back when it skipped none of its own)."""
-        if self.popped or self.aside:
-            self.prepend_requests(())
-        self.scanning = False
-        return self.inner
-
-    def _aside(self) -> list[Request]:
-        return list(filter(self.aside.__contains__, self.taken))
-
-    # vLLM's loop only asks, peeks and pops until it puts its skipped requests
-    # back; the rest keeps the passed-over requests waiting, where they were.
-    # In the FCFS deque a change while the scan runs (none comes from vLLM's
-    # loop) drops the tally and the places found, and moves the scan's place
-    # and the popped ones' with it.
-    def _changed(self) -> None:
-        self._it, self._stops_key, self.left = None, None, None
-
-    def prepend_request(self, request: Request) -> None:
-        if self.fcfs and (self.scanning or self.popped):  # ahead of what the scan has not visited
-            self._changed()
-            self.inner.insert(self.at, request)
-            return
-        self.inner.prepend_request(request)
-
-    def add_request(self, request: Request) -> None:
-        if self.fcfs and (self.scanning or self.popped):
-            self._changed()
-        self.inner.add_request(request)
-
-    def remove_request(self, request: Request) -> None:
-        self.remove_requests([request])
-
-    def remove_requests(self, requests: Iterable[Request]) -> None:
-        requests = list(requests)
-        self._stops_key = None  # `_jump`'s places move
-        if self.fcfs:
-            if self.scanning or self.popped:
-                self._changed()
-                gone = set(requests)
-                places = [i for i, r in enumerate(self.inner) if r in gone]  # O(queue): no scan calls this
-
-                def moved(p: int) -> int:
-                    return p - sum(1 for i in places if i < p)
-
-                if self.prefix is not None:
-                    start = self.tail_at - self.prefix
-                    self.prefix -= sum(1 for i in places if start <= i < self.tail_at)
-                    self.tail_at = moved(self.tail_at)
-                self.popped = [(moved(p), r) for p, r in self.popped if r not in gone]
-                self.at = moved(self.at)
-            self.inner.remove_requests(requests)
-            return
-        out = self.aside.intersection(requests)
-        if out:
-            self.aside -= out
-            self.taken = [r for r in self.taken if r not in out]
-        self.inner.remove_requests([r for r in requests if r not in out])
-
-    def __len__(self) -> int:
-        return len(self.inner) - len(self.popped) + len(self.aside)
-
-    def __iter__(self) -> Iterator[Request]:
-        """The requests waiting, in the order the queue will have if the scan
-        ends now (vLLM's popped ones are not waiting until put back)."""
-        if self.popped:
-            out = {id(r) for _, r in self.popped}
-            return iter([r for r in self.inner if id(r) not in out])
-        return iter([*self._aside(), *self.inner])
 
 
 # ---- settings ---------------------------------------------------------------------
@@ -830,8 +90,8 @@ def settings_from(vllm_config: Any) -> dict[str, int]:
 # ---- the policies ------------------------------------------------------------------
 
 _SKIP = Decision.SKIP.value  # what the hooked `if` reads as vLLM's own skip
-_PLAIN = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
-_STRETCH = 64  # `PassOverQueue._pass_over`: the least stretch walked before the places are found
+
+
 
 
 # `GateMixin._fault`: what each hook expects of the state it reads.
@@ -856,40 +116,20 @@ class Drift(LookupError):
         self.rid = rid
 
 
-def _salvage(queue: Any) -> Any:
-    """vLLM's own queue under the scan's wrappers, after one of them failed:
-    every request still waiting, once (a pass-over's requests set aside go
-    back; those its scan popped and admitted leave)."""
-    while isinstance(queue, (PassOverQueue, ScanOrderQueue)):
-        if isinstance(queue, PassOverQueue) and queue.aside:
-            queue.inner.prepend_requests(queue._aside())
-        queue = queue.inner
-    if isinstance(queue, deque):
-        seen: set[Request] = set()
-        keep = [r for r in queue if r.status != RequestStatus.RUNNING and not r.is_finished()
-                and not (r in seen or seen.add(r))]
-        queue.clear()
-        queue.extend(keep)
-    return queue
-
-
-def _adapter(request: Request) -> int:
-    lora = request.lora_request
-    return lora.lora_int_id if lora is not None else 0
 
 
 class HookedMixin:
     """vLLM's `schedule()` with the two hooks; the defaults keep vLLM's behaviour."""
 
     policy_name = "vllm"
-    schedule = _SCHEDULE
+    schedule = SCHEDULE
 
     def _lora_gate(self, request: Request, scheduled_loras: set[int]) -> str:
         """'admit', 'skip' (keep scanning) or 'stop' (end the scan): vLLM's rule."""
         s: Any = self
         if s.lora_config is None or request.lora_request is None:
             return "admit"
-        if cap_blocks(scheduled_loras, _adapter(request), s.lora_config.max_loras):
+        if cap_blocks(scheduled_loras, adapter_of(request), s.lora_config.max_loras):
             return self._on_cap(request)
         return "admit"
 
@@ -1065,7 +305,7 @@ class GateMixin(HookedMixin):
         """The mirror's request: what a gate reads (adapter, outputs, priority).
         A streaming session's empty first chunk counts one prompt token."""
         sp = request.sampling_params
-        return SpecRequest(request.request_id, _adapter(request), max(1, request.num_prompt_tokens),
+        return SpecRequest(request.request_id, adapter_of(request), max(1, request.num_prompt_tokens),
                            int(sp.max_tokens if sp is not None and sp.max_tokens else 1), arrival,
                            int(request.priority))
 
@@ -1087,10 +327,10 @@ class GateMixin(HookedMixin):
         if request.status == RequestStatus.WAITING_FOR_STREAMING_REQ:
             self._paused.add(request)
             return
-        if request.status not in _PLAIN:
+        if request.status not in PLAIN:
             self._blocked.add(request)
         if self._passes_over:
-            self._by_adapter.setdefault(_adapter(request), set()).add(request)
+            self._by_adapter.setdefault(adapter_of(request), set()).add(request)
         self.gate.enqueued(self.mirror, self._key[request])
 
     def _enqueue_waiting_request(self, request: Request) -> None:
@@ -1144,7 +384,7 @@ class GateMixin(HookedMixin):
     def _untrack(self, request: Request) -> None:
         """vLLM frees `request`: out of the index; its entry stays, finished,
         until the next `schedule()` ends."""
-        self._by_adapter.get(_adapter(request), set()).discard(request)
+        self._by_adapter.get(adapter_of(request), set()).discard(request)
         self._resumed.discard(request)
         self._blocked.discard(request)
         paused = request in self._paused
@@ -1207,7 +447,7 @@ class GateMixin(HookedMixin):
         if request is None or request.status != RequestStatus.RUNNING or self._ctx is None:
             return
         key = self._key[request]
-        self._by_adapter.get(_adapter(request), set()).discard(request)
+        self._by_adapter.get(adapter_of(request), set()).discard(request)
         rs = self.mirror.reqs[key]
         rs.status = "running"
         if rs.first_admitted is None:
@@ -1378,7 +618,7 @@ class GateMixin(HookedMixin):
                 s.waiting.unpin()
         except Exception as exc:
             self._fault("scan end", None, exc)
-            s.waiting = _salvage(s.waiting) if self._indexed else s.waiting
+            s.waiting = salvage(s.waiting) if self._indexed else s.waiting
             self._star_front = None
 
     def _step_done(self, out: Any, freed: list[tuple[str, ReqState]]) -> None:
@@ -1387,7 +627,7 @@ class GateMixin(HookedMixin):
             self._flush_admitted()
             self._closed, self._held, self._first = None, frozenset(), set()
             self._sync()
-            batch = {_adapter(s.requests[rid]) for rid in out.num_scheduled_tokens} - {0}
+            batch = {adapter_of(s.requests[rid]) for rid in out.num_scheduled_tokens} - {0}
             ctx = self._ctx if self._ctx is not None else ScanContext(self.mirror, s.current_step, set(batch))
             self.gate.step_done(ctx, batch)
         self._ctx = None

@@ -12,8 +12,9 @@ The rule in English. The project's modules sit in layers, in this order
   (`policy.GATES`), the driver, replay, the step-time cost model, and the
   trace checker (`policy.check`, which needs fair's bound and holds, the
   replay and the cost model).
-- `deploy` is what vLLM loads with `--scheduler-cls`: `lora_sched.scheduler`
-  and the trace recorder it uses, `lora_sched.recorder`; it imports spec and
+- `deploy` is what vLLM loads with `--scheduler-cls`: `lora_sched.scheduler`, its
+  hook and queues (`lora_sched.hook`, `lora_sched.queues`) and the trace recorder
+  it uses, `lora_sched.recorder`; it imports spec and
   policy only (and vLLM).
 - `proofs`, `conformance`, `fuzz`, `bench` and `view` are tools over them: fuzz
   uses proofs' counterexamples and conformance's in-process vLLM (and runs
@@ -65,7 +66,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("palette", ("lora_sched.palette",)),
     ("spec", ("lora_sched.spec",)),
     ("policy", ("lora_sched.policy",)),
-    ("deploy", ("lora_sched.scheduler", "lora_sched.recorder")),
+    ("deploy", ("lora_sched.scheduler", "lora_sched.hook", "lora_sched.queues", "lora_sched.recorder")),
     ("proofs", ("lora_sched.proofs",)),
     ("conformance", ("lora_sched.conformance",)),
     ("fuzz", ("lora_sched.fuzz",)),

@@ -298,6 +298,10 @@ class GateMixin(HookedMixin):
             self.mirror.reqs[self._key[r]].status = "running"
         for r in queued:
             self._queued(r, self.mirror.reqs[self._key[r]].waiting_since)
+            if self._indexed and r.num_stale_output_tokens:  # async output of its last run in flight
+                self._resumed.add(r)
+        for r in self._key:
+            self._sync_one(r)
         self._stock = self._resync_due = False
 
     # ---- the mirror ------------------------------------------------------------

@@ -499,3 +499,17 @@ def test_pass_over_sees_what_vllm_would_see_scan_after_scan(policy: str, case: t
         assert [v for v in b_visits if v[0] in seen] == w_visits
         assert all(what == "skip" for rid, what in b_visits if rid not in seen)
         assert (w_queue, w_deferred) == (b_queue, b_deferred)
+
+
+def test_the_deploy_classes_load_no_tool_dependency():
+    """What vLLM loads with `--scheduler-cls` imports vLLM, spec and policy only:
+    no matplotlib, Z3, Hypothesis or Ray enters the engine process."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, lora_sched.scheduler, lora_sched.recorder; "
+            "print([m for m in ('matplotlib', 'z3', 'hypothesis', 'ray') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"})
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout

@@ -1,26 +1,16 @@
 """`lora-sched check` at operator scale: steps per second and peak memory on long traces.
 
-A light serving trace in the shape the issue measured on vLLM 0.32 (16
-adapters, Zipf popularity plus base-model traffic, max_loras 4, 32 seats,
-about 0.5 arrivals per step, short prompts and outputs) is simulated by the
-reference `vllm` policy (`policy.driver.run(keep_records=False)`: the
-simulator's memory follows the live requests) and written gzip-compressed;
-then `lora-sched check TRACE --policy vllm` runs on it in a fresh process,
-every property plus the replay, and the benchmark prints its wall and CPU
-time, steps per second of each (the CPU figure is the one to read on a
-shared machine: it includes the interpreter's start) and peak RSS (the
-child's `ru_maxrss`), with the load average around the check (on a shared
-machine the wall figure depends on it). Traces of increasing length show
-whether the cost is linear.
-
     python -m lora_sched.bench.checkspeed [--steps 10000 100000 ...] [--dir out/checkspeed]
-    python -m lora_sched.bench.checkspeed --goal   # issue 22: a 4 M-step trace, against the goal
+    python -m lora_sched.bench.checkspeed --goal   # a 4 M-step trace, against the goal
 
-`--goal` generates a 4 000 000-step trace (about 2 M requests, 150 MB gzip,
-minutes of simulation), checks it, prints the figures against the goal
-(>= 10 000 steps/s with the replay, <= 1 GB peak) and deletes the trace
-(`--keep` keeps it). Figures are printed, never asserted (they depend on
-the machine).
+A light serving trace (16 adapters, Zipf popularity plus base traffic,
+max_loras 4, 32 seats, about 0.5 arrivals per step) is simulated by the
+reference `vllm` policy and written gzip; `lora-sched check TRACE --policy
+vllm` then runs on it in a fresh process, and its wall and CPU time, steps
+per second and peak RSS are printed with the load average around the check.
+`--goal` checks a 4 000 000-step trace against >= 10 000 steps/s with the
+replay and <= 1 GB peak, then deletes it (`--keep` keeps it). Figures are
+printed, never asserted.
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
 """`lora-sched bench --live`: the seed's benchmark on the tiny model, inside vLLM.
 
 Each policy runs as a scheduler class of vLLM's OpenAI server on the CPU
-(`conformance.server.LiveServer`: `vllm` is conformance's recording class,
-`blocking` and `fair` the classes of `lora_sched.scheduler`), one server per
-policy, all on the same generated model and adapters (`conformance.assets`).
-Each server is driven by vLLM's own benchmark client, `vllm bench serve`
-(`bench.vllm_client`), as the seed drove vLLM with `benchmark_serving`:
-request rate inf, every request for one of the 8 adapters
-(`--lora-modules`, vLLM's random assignment, seeded), random prompts (its
-`random` dataset: nothing can be downloaded) of a mean length scaled down
-from the seed's (uniform within +-50%), a fixed output length with
-`--ignore-eos`, and max_loras 4 as the seed. The table is vLLM's own result block (its
-`--save-result` JSON) next to the seed's columns; vLLM's printed block is
-shown too.
-
-The server's recorded trace gives, per adapter, the wait (in engine steps)
-between a request's arrival and its first admission, and for `fair` how
-often the guard acted (`policy.fair.FairHolds` replayed on the trace).
+(`conformance.server.LiveServer`), one server per policy, on the same
+generated model and adapters (`conformance.assets`), driven by vLLM's own
+client, `vllm bench serve` (`bench.vllm_client`), as the seed drove vLLM:
+request rate inf, 8 adapters assigned at random (seeded), random prompts of a
+mean length scaled down from the seed's, a fixed output length with
+`--ignore-eos`, max_loras 4. The table is vLLM's own result block next to the
+seed's columns. The recorded trace gives, per adapter, the wait in engine
+steps before first admission, and for `fair` how often the guard acted
+(`policy.check.FairHolds` replayed on the trace).
 """
 
 from __future__ import annotations

@@ -4,66 +4,22 @@
                                         [--profile CLASS]
     lora-sched bench --overhead ...
 
-What is measured. The wall time of one engine step's scheduler work, i.e.
-`schedule()` plus the `update_from_output()` the engine core makes in that
-step, for vLLM 0.32's stock `Scheduler` and `AsyncScheduler` and for every
-class `lora_sched.scheduler.CLASSES` registers (sync ones subclass
-`Scheduler`, async ones `AsyncScheduler`). Nothing else is timed: building
-the fake model output and the arrivals happen between the timed calls.
-
-How. Each scheduler is built in-process as `conformance.inprocess` builds
-vLLM's (a `VllmConfig` with LoRA, no model weights, no server), with
-`lora_sched`'s settings passed the way a server passes them
-(`vllm_config.additional_config = {"lora_sched": {"starvation_steps": S}}`).
-The model runner is faked as there: one sampled, never-EOS token per
-scheduled request that finished its prefill. Sync classes get each output
-before their next `schedule()`; async classes one step late, as vLLM's
-engine core drives `AsyncScheduler` (schedule t+1, then apply t).
-
-The workload is a steady state with a backlog, a closed loop of 256 + W
-clients: 256 fill the batch (max_num_seqs 256, adapters 1..max_loras so that
-they fit the cap, staggered output lengths so that about one finishes per
-step), W form the backlog (adapters uniform over 1..A). A client whose
-request finishes sends its next one, for the same adapter, before the next
-`schedule()`; so every measured step starts with 256 + W requests in the
-scheduler and at least W of them waiting (W exactly when the batch is full).
-Prompts are 64 tokens, outputs 128-384 ("long": the batch keeps decoding),
-the token budget (max_num_batched_tokens) 8192, KV blocks plentiful (no
-preemption). Every class starts from the same requests and draws from the
-same seed; the streams part only where the classes admit differently. The
-backlog is what was drawn less what the warm-up admitted: stock vLLM skips
-the blocked requests at its head, so its scan deepens as it admits the
-backlog's requests of the running adapters (to all of W once they are gone).
-
-vLLM's waiting queue is its FCFS deque, or with `--overhead-queue
-priority` its priority heap (`--scheduling-policy priority`; every request
-at priority 0, so the heap orders by arrival). `--overhead-base-share F`
-sends a share F of the backlog's requests to the base model;
-`--overhead-kv F` shrinks the KV pool to F of what the batch needs at its
-longest, so that running requests are preempted as they grow (`Load`).
-
-The grid is W in {0, 500, 2000, 10000} x A in {8, 64, 512} x max_loras in
-{4, 16}. Per cell, every scheduler is built, warmed up (S + 4 steps, so
-that the backlog has waited past S and `fair`'s guard is active when the
-clock starts), then the measured steps
-are interleaved round robin across the classes (the order rotates each
-round), so that the ratios are measured side by side under the same
-machine load: `--steps` rounds (default 8), and more, up to 4x, while the
-cell's measured rounds have taken under `--cell-seconds` (default 2 s), so
-that cheap cells get enough steps to see through a busy machine's noise.
-GC is collected and frozen before the measured steps (vLLM's engine core
-freezes the heap after start-up too). A class's figure is its
-median ms/step; its ratio is that over its stock base's median (sync classes
-over `Scheduler`, async over `AsyncScheduler`), in wall time and in the
-thread's CPU time (`time.thread_time_ns`: the time the scheduler's thread ran,
-which other jobs on a busy machine do not add to). The issue's goal is
-ratio <= 1.2 in every cell: the table flags the cells over it; nothing
-asserts on time (tests check the structure only).
+Times one engine step's scheduler work (`schedule()` plus the
+`update_from_output()` the engine core makes in that step) for vLLM's stock
+`Scheduler` and `AsyncScheduler` and for every class
+`lora_sched.scheduler.CLASSES` registers, each built in-process as
+`conformance.inprocess` builds vLLM's (no weights, no server; the runner's
+output faked; async classes get each output one step late). Nothing else is
+timed. The workload is a closed loop of 256 + W clients (256 fill the batch,
+W wait, adapters uniform over 1..A), on the grid W x A x max_loras; per cell
+the classes are warmed up past S and measured round robin, side by side. A
+class's figure is its median ms/step in wall and thread CPU time; its ratio
+is over its stock base. The table flags ratios over 1.2; nothing asserts on
+time. The workload, grid and flags are described in docs/bench.md.
 
 `--profile CLASS` runs one cell with that class alone and prints the 15
-functions with the largest cumulative time (cProfile) over its measured
-steps. `--out [PATH]` writes the results as JSON (default
-`bench/results/overhead.json`); without it nothing is written.
+functions with the largest cumulative time (cProfile). `--out [PATH]` writes
+the results as JSON (default `bench/results/overhead.json`).
 """
 
 from __future__ import annotations

@@ -2,39 +2,23 @@
 
 The shape production multi-LoRA papers use (S-LoRA, Punica, dLoRA): many
 adapters with Zipf popularity plus base-model traffic, Poisson or on/off
-arrivals at a load below, near or above capacity, ShareGPT-like lognormal
-prompt and output lengths (medians 200 and 120 tokens, sigma 1, clipped to
-2048), `max_num_seqs` 256, budgets 4096 and 8192, `max_loras` 2 to 16.
+arrivals below, near or above capacity, lognormal prompt and output lengths
+(medians 200 and 120 tokens, sigma 1, clipped to 2048), `max_num_seqs` 256,
+budgets 4096 and 8192, `max_loras` 2 to 16. `workload` turns a seeded `Spec`
+into requests; `grid` is a fixed list of specs whose index decides the
+*design* set (index divisible by 3) or *held out* (the rest).
 
-One seeded generator (`workload`) turns a `Spec` into requests. The grid
-(`grid`) is a fixed list of specs, each with an index; the index decides,
-before any rule is designed or tuned, whether a workload is in the *design*
-set (index divisible by 3) or *held out* (the rest); `experiments.goals`
-judges the goals on each set.
+Load (`Spec.unit`): `vllm`, the requests `vllm` completes per step when the
+workload's requests all arrive at once (`capacity`), or `seats`,
+`max_num_seqs / E[output]`. A load of 1.0 is an arrival rate equal to the
+unit; time is in scheduler steps.
 
-Load, in one of two units (`Spec.unit`). `vllm`: what the deployed
-scheduler sustains on this mix, the requests `vllm` completes per step when
-the workload's requests (their adapters and lengths) all arrive at once
-(`capacity`); with few LoRA slots and many adapters that is far below what
-the seats serve, since a slot changes hands only when its adapter drains.
-`seats`: `max_num_seqs / E[output]` requests a step, what the seats serve
-when every request finds a slot; there, with few slots, the popular
-adapters keep theirs and the rest queue for one (the starvation regime of
-vLLM #16876). A load of 1.0 is an arrival rate equal to the unit. Time is in scheduler steps; `policy.costmodel`
-turns steps into seconds.
-
-Measures (per policy, per workload; `measure`):
-- throughput against `vllm`: the ratio of makespans, in steps and in
-  cost-model seconds (`vllm`'s / the policy's; > 1 is faster);
-- waits (steps from arrival to first admission): p50, p99, max;
-- tail/head: the mean wait of the *tail* adapters' requests (the bottom
-  half of the adapters by popularity rank) over the mean wait of the *head*
-  adapters' (the `max_loras` most popular), each plus one step (a request
-  admitted on its arrival step waited one step), so the ratio is defined at
-  light load where the head waits 0;
-- per-adapter p99 wait, by popularity rank;
-- for fair, its bound B (`policy.fair.observed_bound`: the run's peak Q and
-  Qw), reported as worst wait / B.
+Measures per policy and workload (`measure`): throughput against `vllm` (the
+ratio of makespans, in steps and in cost-model seconds); waits from arrival
+to first admission (p50, p99, max); tail/head (the mean wait of the bottom
+half of the adapters by popularity over that of the `max_loras` most popular,
+each plus one step); per-adapter p99 wait; for fair, worst wait / B
+(`policy.bound.observed_bound`).
 """
 
 from __future__ import annotations

@@ -1,26 +1,15 @@
 """The in-vLLM recorder's cost per step, side by side with recording off.
 
-vLLM 0.32's own `Scheduler` is driven in-process
-(`conformance.inprocess.make_scheduler`, no model: the fake output samples
-one token per request not mid-prefill) through the same workload in four
-ways, each timed over `schedule()` + `update_from_output()` only:
-
-- `plain`: vLLM's `Scheduler` class itself;
-- `off`: the recording class (`lora_sched.recorder.RecordingScheduler`)
-  with no trace open;
-- `on`: recording to a plain JSONL file, flushed every line (the default);
-- `on-gz`: recording into gzip segments rotated by size
-  (`rotate_mb`, `flush_every`), the production setting.
-
-The workload keeps thousands of requests waiting (a burst over many
-adapters, max_loras 4): vLLM's scan skips them under the LoRA cap and the
-recorder lists them in every step line. Each way is run `--repeat` times,
-interleaved; the best per-step time of each is printed with its overhead
-over `plain` (on a loaded machine the noise between runs is a few percent:
-compare `off` with `plain` to see it). The goal is <= 5%; figures are
-printed, never asserted.
-
     python -m lora_sched.bench.recorder_overhead [--requests 3000] [--adapters 64] [--steps 600]
+
+vLLM 0.32's `Scheduler` is driven in-process (`conformance.inprocess`, no
+model) through one workload that keeps thousands of requests waiting, in four
+ways, each timed over `schedule()` + `update_from_output()` only: `plain`
+(vLLM's class), `off` (`lora_sched.recorder.RecordingScheduler` with no trace
+open), `on` (plain JSONL, flushed every line) and `on-gz` (gzip segments
+rotated by size, the production setting). Each way runs `--repeat` times,
+interleaved; the best per-step time of each is printed with its overhead over
+`plain` (goal: <= 5%). Figures are printed, never asserted.
 """
 
 from __future__ import annotations

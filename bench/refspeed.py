@@ -1,21 +1,14 @@
 """Reference speed: our `vllm` policy vs vLLM's own scheduler, same workload, same schedule.
 
-Why: the reference is the oracle the conformance harness replays vLLM's
-traces through, and the checkers run it millions of times; its cost relative
-to vLLM's real `Scheduler.schedule()` + `update_from_output()` says whether
-it is usable at the scale vLLM runs. vLLM's scheduler is built without a
-model by `conformance.inprocess.make_scheduler` (the way vLLM's tests'
-`create_scheduler` does); we take its config and construct vLLM's plain
-`Scheduler` from it, so no recording overhead is timed. The fake model
-output samples one token for each request not mid-prefill, as the runner does.
-
-Both sides must run the same schedule, or steps per second compare different
-work: the reference's KV pool is unlimited, so vLLM's pool is sized to hold
-every request's whole sequence at once (`pool_blocks`: nothing is ever
-preempted), and `compare` raises `ScheduleMismatch` when the two take a
-different number of steps.
-
     python -m lora_sched.bench.refspeed [--prompts N] [--repeat R]
+
+The reference is the oracle conformance replays vLLM's traces through, so its
+cost relative to vLLM's `Scheduler.schedule()` + `update_from_output()`
+(built by `conformance.inprocess.make_scheduler`, plain `Scheduler`, faked
+runner output) says whether it is usable at vLLM's scale. Both must run the
+same schedule: vLLM's KV pool holds every request's whole sequence
+(`pool_blocks`: nothing is preempted), and `compare` raises
+`ScheduleMismatch` when the two take a different number of steps.
 """
 
 from __future__ import annotations

@@ -1,30 +1,14 @@
-"""The simulator's time and peak memory on seed-shaped bursts (issue 22: 5k, 10k and 50k requests over 500 adapters).
-
-Each run is `policy.driver.run(keep_records=False)` in a fresh child
-process (the seed's server flags, `bench.simulate.seed_config`; every
-request arrives at step 1, prompts rescaled as the seed's, 500 adapters
-round robin): step records are not kept and finished requests are
-forgotten, so memory follows the requests live at once, which in a burst
-is every request at the start. The child prints its steps, wall and CPU
-time and peak RSS (`ru_maxrss`); `--records` runs the same with every
-record kept, as callers that read `RunResult.records` do.
+"""The simulator's time and peak memory on seed-shaped bursts (5k, 10k and 50k requests over 500 adapters).
 
     python -m lora_sched.bench.simmemory [--sizes 1000 5000] [--policies vllm fair] [--records]
     python -m lora_sched.bench.simmemory --issue   # 5k, 10k and 50k (tens of minutes)
 
-The time per step follows the requests a step's waiting scan visits, which
-are the ones vLLM's own scan visits: it skips each request of an adapter
-the full cap keeps out and goes on until the seats or the budget run out.
-With few requests per adapter (5k, 10k over 500) the seats never fill and
-every scan walks the whole queue; at 50k (100 requests per adapter) they
-fill, but each time some free the scan walks from the head to the active
-adapters' requests deep in the queue. A burst of N costs O(steps x N)
-either way. Figures are printed, never asserted.
-
-Beside each policy's row, measured in the same run, its speed against the
-reference `vllm` policy's on the same burst (steps per CPU second over
-vllm's; issue 20 asks the reference `fair` for 0.5x or more), and its
-speed over the whole burst (vllm's CPU time over its own; `speed_ratios`).
+Each run is `policy.driver.run(keep_records=False)` in a fresh child process
+(the seed's flags, every request at step 1, 500 adapters round robin); the
+child prints its steps, wall and CPU time and peak RSS; `--records` keeps
+every step record. Beside each policy's row, its speed against `vllm`'s on
+the same burst (`speed_ratios`). Figures are printed, never asserted; what
+the time per step follows is in docs/operator-scale.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,19 @@
 """Simulated benchmark: the seed's configuration through the reference policies.
 
-Why simulate: the seed's table was measured on a GPU we do not have. The
-reference policies reproduce vLLM's scheduling decisions step by step; the
-cost model (`policy.costmodel`) turns each step into seconds. From the
-per-request token timeline we compute exactly the result block vLLM's
-`benchmarks/benchmark_serving.py` prints, with its definitions:
+The seed's table was measured on a GPU; the reference policies reproduce
+vLLM's scheduling decisions step by step and the cost model
+(`policy.costmodel`) turns each step into seconds. From the per-request token
+timeline this computes the result block vLLM's `benchmark_serving.py` prints,
+with its definitions (duration from the first request sent to the last token;
+TTFT; TPOT per request; ITL over every gap, all requests pooled; numpy's
+linear percentiles), plus per adapter the mean and maximum wait before first
+admission, in steps and in seconds.
 
-- duration: first request sent (t = 0) to last token received;
-- TTFT: arrival to the first token; TPOT: (latency - TTFT) / (output - 1),
-  per request; ITL: every gap between consecutive tokens, all requests pooled;
-- means, medians and P99 with numpy's (linear) percentiles.
-
-Plus, per adapter, the mean and maximum wait before first admission, in steps
-(what the policies and the proofs talk about) and in seconds.
-
-Workload. ShareGPT cannot be downloaded. Prompt lengths come from
-`policy.workloads.seed_mix` (lognormal, sigma 0.9, mean 249.04, clipped to
-[4, 2048], seed 2) and are then rescaled so their total is exactly the seed's
-124520 over 500 prompts (seed_mix's raw draw totals 119615: the clip and the
-sampling noise). Adapters are round-robin over 8 LoRAs (seed_mix) or, with
-`assign="random"`, drawn uniformly like benchmark_serving's
-`random.choice(lora_modules)`. Output length 120, request rate inf (all
-requests arrive at step 1).
+Workload (`seed_requests`): 500 prompts from `policy.workloads.seed_mix`
+(lognormal, seed 2) rescaled to total exactly the seed's 124520 tokens;
+adapters round robin over 8 LoRAs or, with `assign="random"`, uniform like
+benchmark_serving's `random.choice(lora_modules)`; output 120 tokens; every
+request at step 1 (request rate inf). docs/bench.md has the figures.
 """
 
 from __future__ import annotations
@@ -34,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from lora_sched.policy.costmodel import DEFAULT, SEED_PR, CostModel, StepFeatures, fit
+from lora_sched.policy.costmodel import DEFAULT, CostModel, StepFeatures
 from lora_sched.policy.driver import RunResult, Workload, run
 from lora_sched.policy.gate import Gate
 from lora_sched.policy.workloads import seed_mix
@@ -250,53 +242,6 @@ def simulate_policy(config: Config, reqs: list[Request], policy: str,
     prompts = {r.id: r.prompt_tokens for r in reqs}
     return PolicyRun(policy, result, tl, result_block(tl, prompts), adapter_waits(result, tl),
                      result.waits(), elapsed)
-
-
-class FastBlock:
-    """`result_block` as array arithmetic, for the calibration's many evaluations.
-
-    Same definitions as `result_block` (tested equal); it assumes every request
-    completed, which holds for the seed workload.
-    """
-
-    def __init__(self, tl: Timeline, prompts: dict[str, int]) -> None:
-        self.feat = np.array([[1.0, f.tokens, f.seqs, f.adapters] for f in tl.features])
-        self.gaps = np.diff(np.array([0] + tl.steps)) - 1  # idle steps before each record
-        rids = [r for r, ts in tl.token_steps.items() if ts]
-        self.first = np.array([tl.token_steps[r][0] for r in rids])
-        self.last = np.array([tl.token_steps[r][-1] for r in rids])
-        self.count = np.array([len(tl.token_steps[r]) for r in rids])
-        self.arr = np.array([tl.arrival_index[r] for r in rids])
-        self.itl_a = np.concatenate([tl.token_steps[r][:-1] for r in rids]).astype(int)
-        self.itl_b = np.concatenate([tl.token_steps[r][1:] for r in rids]).astype(int)
-        self.n = len(rids)
-        self.in_tokens = sum(prompts[r] for r in rids)
-        self.out_tokens = int(self.count.sum())
-
-    def __call__(self, m: CostModel) -> dict[str, float]:
-        step = self.feat @ np.array([m.t0, m.k_tok, m.k_seq, m.k_lora]) + self.gaps * m.t0
-        ends = np.cumsum(step)
-        starts = np.concatenate([[0.0], ends[:-1]])
-        arrival = starts[self.arr]
-        duration = ends[self.last].max() - arrival.min()
-        ttft = ends[self.first] - arrival
-        multi = self.count > 1
-        tpot = (ends[self.last] - ends[self.first])[multi] / (self.count[multi] - 1)
-        itl = ends[self.itl_b] - ends[self.itl_a]
-        block = {"completed": self.n, "duration_s": float(duration), "total_input_tokens": self.in_tokens,
-                 "total_output_tokens": self.out_tokens, "request_throughput": self.n / duration,
-                 "output_throughput": self.out_tokens / duration,
-                 "total_token_throughput": (self.in_tokens + self.out_tokens) / duration}
-        return block | _stats("ttft", ttft) | _stats("tpot", tpot) | _stats("itl", itl)
-
-
-def calibrate(reqs: list[Request] | None = None, config: Config | None = None) -> CostModel:
-    """Refit the cost model on the seed workload under `vllm` (see policy.costmodel)."""
-    reqs = reqs if reqs is not None else seed_requests()
-    config = config or seed_config()
-    result = run(config, Workload(list(reqs)), policy="vllm")
-    tl = build_timeline(result)
-    return fit(FastBlock(tl, {r.id: r.prompt_tokens for r in reqs}), targets=SEED_PR)
 
 
 def ratio(runs: dict[str, PolicyRun], num: str, den: str) -> float:

@@ -7,18 +7,11 @@ every property checked holds (and the replay matches), 1 when one is
 violated (or the replay diverges), 2 when the trace is malformed. `--json`
 prints one versioned object instead (`verdicts`).
 
-The command reads the trace once (`check_file`): each line is parsed,
-judged and replayed as it is read, so memory follows the requests live at
-once, not the trace's length; gzip input and directories of rotated
-segments are accepted, and a long trace gets a progress line on stderr
-every few seconds. `python -m
-lora_sched.bench.checkspeed` prints its speed and peak memory.
-
-The checker sits in `policy`, above the spec it judges by: the properties
-and the observer are `spec`'s, while the holds `fair` declares (`FairHolds`,
-running `policy.fair.FairGuard`), its bound B (`policy.bound`), the replay
-(`policy.replay`) and the cost model that states B in seconds
-(`policy.costmodel`) are policy code.
+The trace is read once (`check_file`): each line is parsed, judged and
+replayed as it is read, so memory follows the live requests, not the trace's
+length; gzip input and directories of rotated segments are accepted. The
+checker sits in `policy` because fair's holds (`FairHolds`), its bound
+(`policy.bound`), the replay and the cost model are policy code.
 """
 
 from __future__ import annotations

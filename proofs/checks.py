@@ -57,6 +57,12 @@ LASSO_VLLM = replace(WAIT_FAIR, last_arrival=None)
 # vLLM's mechanisms that leave a running request unscheduled (small bounds).
 ASYNC = enc.Bounds(requests=3, adapters=2, async_scheduling=True)
 THROTTLE = enc.Bounds(requests=3, adapters=2, max_loras=(1, 1), prefill_interval=2)
+# Holds behind_lora_stream(4, early_adapter=0, adapters=3) (L0 at 1, the base
+# request and L1 at 2, then L2..L4 every two steps) and every other workload
+# of 6 requests with P <= 1, L <= 2 arriving by step 7, under max_loras 1 or 2:
+# fair's worst wait there is 10 (`python -m experiments.emit_cex --family`).
+FAMILY = enc.Bounds(requests=6, adapters=3, max_prompt=1, max_output=2, max_loras=(1, 2), max_num_seqs=(1, 2),
+                    max_num_batched_tokens=(2, 2), starvation_steps=(0, 0), last_arrival=7)
 ASYNC_THROTTLE = enc.Bounds(requests=4, adapters=2, async_scheduling=True, prefill_interval=2)
 
 

@@ -2,94 +2,30 @@
 
 The step relation of `policy.core.Scheduler` with the `blocking`, `vllm` and
 `fair` gates, over a bounded number of requests R (slots 0..R-1), adapters
-1..A (0 = base model) and steps K (one copy of the state per step).
+1..A (0 = base model) and steps K (one copy of the state per step). Slot i
+is the i-th request to arrive; adapter, prompt length, max_tokens, arrival
+and abort steps of every slot and the config values `max_loras`,
+`max_num_seqs`, `max_num_batched_tokens` and `starvation_steps` are symbolic
+within `Bounds`.
 
-Abstraction (what is encoded, and what is not):
-
-* Chunked prefill on, `long_prefill_token_threshold` = 0. Two modes:
-
-  - the *fast path* (the default: FCFS queue, unlimited KV blocks): nothing
-    is preempted, a request is admitted at most once, `waiting` is in slot
-    (= arrival) order and `running` in admission order (step, then slot);
-    the running phase and the scan are encoded as before (sums over the
-    requests ahead; a sequential scan over slots);
-  - the *general mode* (`Bounds.general`: `Bounds.kv_blocks` and/or
-    `Bounds.priority`), which adds what preemption and priorities need:
-
-    * **a finite KV pool** of `kv_blocks` blocks (symbolic within its range)
-      of `block_size` tokens (concrete). A running request holds
-      `blocks_for(computed)` blocks (vLLM allocates for computed + new
-      tokens before they are computed). The running phase is a loop over
-      positions of `running` (a symbolic permutation from the key `rkey`):
-      position q gets n = min(need, budget); if `blocks_for(computed + n)`
-      minus what it holds exceeds the free blocks, victims are preempted in
-      decreasing victim key until it fits (closed form: a victim is one for
-      which the blocks of the larger-keyed victims are not enough); FCFS:
-      the tail of `running`, priority: the largest (priority, arrival, id)
-      anywhere in `running`, whose scheduled tokens return to the budget; if
-      the request itself is the victim the loop stops (`_preempt_request`,
-      scheduler.py ~790-845). A preempted request loses its blocks and
-      computed tokens, keeps its generated ones, gets waiting_since = step
-      and rejoins `waiting` at the front (FCFS: each victim prepended in
-      turn, `wkey` = -(step (R+1) + order of preemption)). A step that
-      preempted does not scan `waiting`. The scan admits a request only if
-      blocks for its whole current sequence (prompt + generated) fit the
-      free blocks (`scheduler_reserve_full_isl`), else it stops there ("kv").
-    * **the priority queue** (`Bounds.priority`): a symbolic priority
-      0..`max_priority` per request; `waiting` in (priority, arrival, id)
-      order (vLLM's `PriorityRequestQueue`; a preempted request is pushed
-      back into the heap); fair's r* is the oldest by (priority,
-      waiting_since, seq) (`FairGuard._age_key`).
-    * explicit orders: the scan judges each request on what the requests
-      ahead of it in the scan order (r* first under fair, then the queue
-      order: `wkey` under FCFS, `priority_before` under priority) admitted
-      ("precedes" relations, fresh variables per request); `running` in
-      `rkey` order (an admission, first or re-admission, appends:
-      step (R+1) + its place among this step's admissions);
-      `is_prefill_chunk` (`pf`) is state, since a re-admitted request
-      recomputes prompt + output in prefill chunks.
-    * async x preemption: the in-flight output of a preempted request
-      still lands (vLLM's stale output: it keeps the sampled token and is
-      finished from `waiting` if that was the last one; its placeholder is
-      gone). vLLM's "stale_output" scan hold is not encoded: that output
-      always lands before the next scan (the step that preempts does not
-      scan), which `tests/test_proofs_differential.py` asserts on every
-      sampled state.
-
-  The state variable `arrival` holds waiting_since (the arrival step until
-  a preemption).
-* Async scheduling (`Bounds.async_scheduling`, vLLM's `AsyncScheduler`):
-  the output of step t is applied after step t+1 is scheduled. Per request
-  `pend` = a sampled token whose output is in flight (vLLM's
-  `num_output_placeholders`, 0 or 1 when a step starts); a running request
-  sure to reach `max_tokens` (`pend` and computed + 1 >= prompt + max_tokens)
-  is skipped, not scheduled; a request finishes when that output lands.
-* DP prefill throttling (`Bounds.prefill_interval` = k > 1, vLLM's
-  `--prefill-schedule-interval`): the DP engine core throttles a step when
-  its wave counter (steps since the engine was last idle) is not a multiple
-  of k (`spec.config.throttled`). On a throttled step, unless
-  `prefill_capacity_bound` (state `pcb`: the last unthrottled scan left a
-  request waiting that it had not skipped) or nothing decodes, prefill
-  chunks of running requests are deferred and the waiting scan stops at the
-  first request needing more than one token (vLLM 0.32 scheduler.py,
-  `defer_prefills`). `D[i]` is vLLM's `deferred_waiting`.
-* Request slot i is the i-th request to arrive (its `seq`); slot i may
-  arrive only once slots 0..i-1 have. Adapter, prompt length and max_tokens
-  of every slot are symbolic within `Bounds`; so are arrival and abort
-  steps (inputs of each step) and the config values `max_loras`,
-  `max_num_seqs`, `max_num_batched_tokens` and `starvation_steps`.
-* DESIGN's optional nondeterministic skip of a running request is an input
-  `skip[i]` of each step, forced false unless `Bounds.skip`.
-* An idle step (nothing waiting or running) changes nothing, which is what
-  `policy.driver.run` does when it jumps over idle steps: step numbers agree.
+Chunked prefill is on, `long_prefill_token_threshold` = 0. The *fast path*
+(FCFS, unlimited KV: nothing preempted, `waiting` in slot order, `running`
+in admission order) and the *general mode* (`Bounds.kv_blocks` and/or
+`Bounds.priority`: a finite KV pool with preemption, the priority queue,
+explicit scan and running orders `wkey`/`rkey`) are described in
+docs/proofs.md, "What is encoded", with async scheduling
+(`Bounds.async_scheduling`: `pend` is vLLM's `num_output_placeholders`), the
+DP prefill throttle (`Bounds.prefill_interval`: `pcb`, `D[i]` is vLLM's
+`deferred_waiting`) and fair's guard. The state variable `arrival` holds
+waiting_since. DESIGN's nondeterministic skip of a running request is the
+input `skip[i]`, forced false unless `Bounds.skip`. An idle step changes
+nothing, as `policy.driver.run` jumps over idle steps: step numbers agree.
 
 Membership in waiting / running / finished / aborted is four separate
 booleans per request (not one enum), so `conservation` is a real property
-of the encoding and not true by construction.
-
-Adapter sets are booleans per adapter; "at most `max_loras` adapters" is a
-cardinality constraint (`AtMost`/`AtLeast`) selected by the symbolic value
-of `max_loras`.
+of the encoding and not true by construction. Adapter sets are booleans per
+adapter; "at most `max_loras` adapters" is a cardinality constraint
+(`AtMost`/`AtLeast`) selected by the symbolic value of `max_loras`.
 """
 
 from __future__ import annotations

@@ -1,151 +1,50 @@
 """Safety for ANY number of requests and adapters: an inductive invariant
 over uninterpreted sorts, checked by Z3 with quantifiers (mypyvy / Ivy style).
 
-`proofs.encoding` fixes R request slots and A adapters in advance. Here
-`Req` and `Adapter` are uninterpreted sorts (`z3.DeclareSort`): a proof is
-a proof for every finite (or infinite) universe, so for every number of
-requests and adapters, and for every value of `max_loras` (M),
-`max_num_seqs` (N), `max_num_batched_tokens` (T) and `starvation_steps` (S)
-(symbolic integers with M, N, T >= 1, S >= 0).
+`Req` and `Adapter` are uninterpreted sorts (`z3.DeclareSort`), and
+`max_loras` (M), `max_num_seqs` (N), `max_num_batched_tokens` (T) and
+`starvation_steps` (S) are symbolic integers (M, N, T >= 1, S >= 0), so a
+proof holds for every number of requests and adapters and every config.
+Each obligation is assume / act / assert: `init ⇒ Inv`, `Inv ∧ step ⇒ Inv'`
+and `Inv ∧ step ⇒ P`, unsat-checked one at a time and printed as one timed
+line (`check_all`).
 
-Every obligation is assume / act / assert (s2n style): assume the named
-invariants of `invariants` in the pre-state, take one `step` (a two-state
-formula, see below), assert one named invariant of the post-state or one
-step property of `PROPERTIES`. `init ⇒ Inv`, `Inv ∧ step ⇒ Inv'` and
-`Inv ∧ step ⇒ P` unsat-checked one at a time, each printed as one timed line
-(`check_all`). Bounds: none on the sorts; runtime 0.01-0.5 s per obligation,
-about 1 s per model (the field's gates 0.2-3 s), on 2 cores (figures in `benchmark` and
-docs/proofs-unbounded.md).
-
-Vocabulary (each state): `arrived W R F X ever star: Req -> Bool`
-(waiting, running, finished, aborted, ever admitted, fair's r*),
-`ws arr seat: Req -> Int` (waiting since, arrival step, ghost seat),
-`slot: Adapter -> Int` (ghost LoRA slot), `step: Int`. Rigid: `adapter:
-Req -> Adapter`, `base: Adapter` (adapter 0), `prio seq: Req -> Int`
-(priority, arrival order). Cardinalities are never counted: "at most M
-adapters" is *the existence of an injection into {0..M-1}*, carried as the
-ghost `slot` (likewise `seat` for N), which is exactly equivalent for a
-finite set. The invariants are ∀-only; the step has two ∀∃ axioms (an
-adapter in the cap set has a request carrying it; an adapter in the scan's
-set entered it through an earlier admission), so the formulas are not strictly EPR
-(`adapter: Req -> Adapter` plus those Skolem functions Adapter -> Req close
-a cycle); Z3's MBQI terminates on all of them (times reported).
-
-The step (one `schedule()` and its model output) over-approximates
+Cardinalities are never counted: "at most M adapters" is the existence of an
+injection into {0..M-1}, carried as the ghost `slot` (likewise `seat` for
+N). The step (one `schedule()` and its model output) over-approximates
 `policy.core.Scheduler` for FCFS and priority queues, synchronous or async
-scheduling, limited or unlimited KV, chunked prefill on or off, any
-`long_prefill_token_threshold`:
-
-* events: requests arrive (in `seq` order, after every arrived one) and are
-  aborted from waiting or running;
-* running phase: any subset of running requests is scheduled (`sched`), any
-  subset is preempted (`preempt`, back to waiting, `waiting_since` = now); with
-  `skip=False` a running request left unscheduled and not preempted means
-  the token budget ran out, so the scan admits nothing; with `skip=True` any
-  running request may be left unscheduled while the scan runs (DESIGN's
-  skip: PP, the DP prefill throttle, async "sure to finish", n = 0);
-* the waiting scan admits a SET `adm` of the waiting requests, visited in a
-  total order `ahead` that keeps never-admitted requests of one priority in
-  `seq` order (FCFS queue order; the priority queue's (priority, arrival,
-  seq) order; fair's r* may come first). Along the order the scan's cap set
-  `Cb(r, ·)` (adapters in the set when the scan reaches r) starts as C0 and
-  grows only by admissions; `full(r)` ("|Cb(r)| >= M") and `stop(r)` (the
-  scan broke: seats, budget, KV, no-chunk, preemption) are monotone. C0 is
-  the adapters of the scheduled running requests (`vllm`, `blocking`) or of
-  every running request after the running phase (`fair`). A request of a
-  new adapter is admitted only when not `full`, and then takes a `slot`
-  value in [0, M) free of every adapter of Cb(r); an admitted request takes
-  a free `seat` in [0, N) (sound by pigeonhole: an injection of fewer than M
-  elements into {0..M-1} leaves a value free; this is the one fact used
-  outside the solver). `blocking` stops at a cap-blocked request; `fair`
-  also skips requests of held adapters V while r* is not admitted (any of
-  them: v6's gated, switch-priced, drain, priced and cohort admissions are a
-  subset of what this allows);
-  r* is the sticky one or a fresh one that has waited S and, if never
-  admitted, has the smallest (waiting_since, seq) among the never-admitted
-  waiting requests of its priority and adapter that have waited S (true of
-  the v3-v6 key and of the first design's filter alike). A request
-  left waiting had a reason: a stop, a cap skip (`vllm`, `fair`), a hold
-  (`fair`), or stale async output (only ever-admitted requests have any);
-* tokens: each scheduled request gets 1..(T - tokens before it in
-  scheduling order) (`tok`, `before`: prefix sums, so the total is the
-  largest `before + tok`);
-* output: any scheduled request may finish (with `skip`, any running one or
-  a preempted one with stale output: async applies the previous step's).
-
-The field's gates (`policy/drainer.py`, `timeslice.py`, `vtc.py`) take
-vLLM's cap (C0 = adapters of the scheduled running requests, a cap-blocked
-request skipped) and add their own rule:
-
-* `drainer` (SGLang's LoRADrainer): state `drain` (draining adapters) and
-  `gen` (output tokens generated, one more per step at most), rigid
-  `max_tokens`. The scan's draining set D holds only adapters with a running
-  request (cleared otherwise, L159-173), keeps every draining adapter that
-  still runs, and gains an adapter only when some waiting LoRA request has
-  waited more than S steps (`starve`; L101-157). `rem(a)` is the largest
-  `max_tokens - generated` among a's running requests (an ∀ bound and an ∃
-  witness). A request of a draining adapter is admitted only if
-  5·max_tokens <= 6·rem (`can_schedule`'s 1.2x, L175-190; the same as
-  SGLang's float test for every value up to 300), else skipped. Abstracted:
-  the slots-full condition and which running adapter becomes the victim
-  (fewest remaining tokens) are free choices; a step without a scan may
-  keep the old draining set. No FIFO invariant: the tolerance breaks it.
-* `timeslice` (LoRAX's adapter cycle): state `act` (active adapters), whose
-  ghost `slot` injects them into {0..M-1} (the while loop activates only
-  while fewer than M are active, L409-444). An active adapter with a running
-  request stays active (removal and cycling need "not in use", L349-394);
-  any other may be deactivated and any adapter activated into a free slot;
-  a LoRA request is admitted only if its adapter is active (else skipped),
-  then vLLM's cap applies. The scan visits per-adapter queues, each in
-  queue order. Abstracted: the pending queue's order, the slice length and
-  the cycle's "front adapter" choice, the oldest-head merge across adapters.
-  Since every running adapter is active, both caps hold with skips too.
-* `vtc` (virtual token counter): state `cnt` (counters, 0 at init, never
-  decreasing), rigid `prompt_tokens`. Each visited request has the counter
-  `vc` its adapter had when visited: the visit order never goes down in
-  `vc` (the least-served adapter first; counters only grow in a scan), an
-  adapter's next request has `vc` at least the previous one's plus its
-  prompt when never admitted (the input charge, L122-124), and every `vc`
-  is at least the adapter's counter before the scan (the lift and output
-  charges only raise it). Per-adapter queues in queue order; a cap-blocked
-  request stops the scan (VTC's `break`, like `blocking`). Abstracted: the
-  exact charges (lift, outputs), adapter-id tie breaks.
+scheduling, limited or unlimited KV, chunked prefill on or off: events,
+a running phase (any subset scheduled or preempted; with `skip=True` any
+running request may be left unscheduled while the scan runs), a waiting
+scan that admits a set of requests along a total order under a monotone
+cap set, tokens as prefix sums, and outputs. The field's gates (`drainer`,
+`timeslice`, `vtc`) add their own rule on top of vLLM's cap. The
+vocabulary, the step, the gates' rules, what is abstracted and why it is
+sound are in docs/proofs-unbounded.md.
 
 Non-vacuity: per model, `Inv ∧ step` admits a new adapter beside a running
 one (sat; `VACUOUS_MUTANT` must fail it); `TRACES` are reachability checks
 from init (mypyvy's `sat trace`), and the violating ones replay in
 `policy.core` (`replay_trace`); `MUTANTS` are planted bugs, each must make its
-properties fail with an exact violation (`exact_violation`).
-
-Abstracted away (sound for these safety properties): token counts beyond
-the budget, KV block counts (preemption and KV stops are free choices),
-which reason stopped the scan, fair's victim choice, deadlines and
-cohorts. Soundness of the over-approximation is tested, not only argued:
-`crosscheck` instantiates the sorts with the R requests and A adapters of
-random runs of `policy.core.Scheduler` and asks Z3 whether the real step
-is a step of this model (tests/test_proofs_unbounded.py).
+properties fail with an exact violation (`exact_violation`). Soundness of the
+over-approximation is tested by `crosscheck` (tests/unbounded_crosscheck.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import inspect
 import itertools
 import json
 import os
-import random
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import z3
-from lora_sched.policy import make_gate
 from lora_sched.policy.check import check_trace
-from lora_sched.policy.core import Scheduler
 from lora_sched.policy.driver import Workload, run
-from lora_sched.policy.fair import starvation_window
 from lora_sched.proofs import engine
 from lora_sched.spec import releases
 from lora_sched.spec.config import Config
@@ -902,6 +801,9 @@ def write_cti(o: Outcome, path: str) -> None:
 
 # ---- reachability (mypyvy `sat trace`) ------------------------------------
 
+_ENUMS = itertools.count()  # fresh names for Z3 enumeration sorts
+
+
 def trace(m: Model, depth: int, goal: Callable[[System, list[State], list[Step]], z3.BoolRef], *,
           extra: Callable[[Sig, list[Step]], list[z3.BoolRef]] | None = None, timeout_ms: int = 60_000,
           universe: tuple[int, int] | None = None, seeds: int = 1,
@@ -1381,269 +1283,13 @@ def cli_main(args: argparse.Namespace) -> int:
     return 2 if unknown else 0
 
 
-def benchmark(echo: Callable[[str], None] = print) -> dict[str, float]:
-    """Figures for `proofs.benchmark`: seconds per model (all obligations),
-    the slowest obligation, and the sat traces. Prints; never asserts."""
-    figures: dict[str, float] = {}
-    echo("unbounded proofs (uninterpreted sorts, any R and A; seconds on this machine):")
-    for m, good, bad in MODELS:
-        t0 = time.monotonic()
-        outs = prove(m, props=good + bad)
-        total = time.monotonic() - t0
-        slow = max(outs, key=lambda o: o.seconds)
-        proved = [o.name for o in outs if o.kind == "safety" and o.verdict == "ok"]
-        failed = [o.name for o in outs if o.kind == "safety" and o.verdict != "ok"]
-        echo(f"   {m.label:14s} {len(outs):2d} obligations {total:6.2f}s, slowest {slow.kind} {slow.name} "
-             f"{slow.seconds:.2f}s; proved {proved}; fails {failed}")
-        figures[m.label] = total
-    for tc in TRACES:
-        o = run_trace(tc)
-        echo(f"   trace {tc.name}: {o.detail} ({o.seconds:.2f}s)")
-        figures[f"trace:{tc.name}"] = o.seconds
-    echo("bounded instance vs the reference (crosscheck: Z3 over EnumSorts of R requests, A adapters):")
-    for R, A in ((4, 2), (8, 4), (16, 8)):
-        t0 = time.monotonic()
-        res = crosscheck("fair", runs=1, requests=R, adapters=A, horizon=10, kv_blocks=2 * R, seed=R)
-        dt = time.monotonic() - t0
-        echo(f"   R={R:2d} A={A}: {res.steps} reference steps in {dt:.2f}s ({dt / max(1, res.steps):.2f}s/step), "
-             f"{len(res.failures)} failures, {res.unknown} unknown (timeout 20s)")
-        figures[f"crosscheck:R={R}"] = dt / max(1, res.steps)
-    return figures
-
-
-# ---- cross-check with the reference on concrete universes ------------------
-
-_ENUMS = itertools.count()
-
-
-@dataclass
-class CrossResult:
-    steps: int = 0
-    admissions: int = 0
-    preemptions: int = 0
-    skipped: int = 0
-    cap_skips: int = 0  # waiting requests left by the LoRA cap or fair's guard
-    drains: int = 0  # steps that began with a draining adapter (drainer)
-    gate_holds: int = 0  # ... by a field gate's own rule (drainer's tolerance, timeslice's inactive, vtc's stop)
-    unknown: int = 0  # steps Z3 did not decide within the timeout (not failures, not checked)
-    throttled: int = 0  # steps run with the DP prefill throttle
-    throttle_holds: int = 0  # waiting requests the throttle stopped the scan at
-    deferred: int = 0  # running requests left unscheduled by the reference itself (budget, async, throttle)
-    guard_exempt: int = 0  # fair: a victim's requests admitted while r* waits (any of its exemptions)
-    failures: list[str] = field(default_factory=list)
-
-
-def crosscheck(policy: str, *, runs: int = 4, requests: int = 6, adapters: int = 3, seed: int = 0,
-               skip: bool = False, async_scheduling: bool = False, kv_blocks: int | None = None,
-               queue: str = "fcfs", horizon: int = 14, timeout_ms: int = 20_000,
-               model: Model | None = None, max_prompt: int = 3, crowd: bool = False, max_output: int = 3,
-               last_arrival: int = 4) -> CrossResult:
-    """Bounded instance against the reference: instantiate the sorts with the
-    R requests and A+1 adapters (0 = base) of random runs of
-    `policy.core.Scheduler` (`z3.EnumSort`) and check at every step that the
-    concrete step (arrivals, aborts, scheduled, preempted, admitted, finished,
-    tokens, pre- and post-state) is a step of the model from a state that
-    satisfies the invariant, to a state that satisfies it again. The
-    abstraction: the pre-state's clock is the previous step (events of a step
-    without a `schedule()` call belong to the next pre-state); pre-state ghosts number the running requests and their
-    adapters in running order (timeslice: its active adapters in list
-    order); r* is fair's guard's r* while it is waiting; max_tokens, prompt
-    tokens and generated tokens, and the field gates' state (drainer's
-    draining adapters, timeslice's active set, vtc's counters, before and
-    after) are pinned from the reference; everything the model leaves free
-    (scan order, cap sets, post ghosts, drainer's `rem`, vtc's visit
-    counters) is found by Z3. Arrivals are in steps 1..`last_arrival`,
-    outputs 1..`max_output` tokens. `model` replaces the model matching
-    `policy` (to show that a wrong model is caught); `crowd` draws one slot,
-    two seats, two adapters, S 1..2, arrivals at steps 1-2 and outputs 1 or
-    3, where fair's victims have queues (drain admissions; cohort ones on some
-    seeds). A
-    failure means the model excludes a real behaviour (the
-    over-approximation would be unsound) or the invariant is false on a
-    reachable state."""
-    rng = random.Random(seed)
-    ids = [f"r{i}" for i in range(requests)]
-    k = next(_ENUMS)  # Z3 enumeration sorts and their elements need fresh names
-    req_sort, reqs = z3.EnumSort(f"CReq{k}", [f"{x}_{k}" for x in ids])
-    ad_sort, ads = z3.EnumSort(f"CAd{k}", [f"a{i}_{k}" for i in range(adapters + 1)])
-    throttle_kw = "throttle" in inspect.signature(Scheduler.step).parameters
-    m = model if model is not None else Model(policy, skip)
-    sy = System(m, req_sort, ad_sort)
-    g = sy.g
-    inv0 = sy.inv(sy.s0)
-    solver = z3.Solver()
-    solver.set("timeout", timeout_ms)
-    solver.add(g.axioms() + [g.base == ads[0]] + sy.trans() + list(inv0.values()) + list(sy.inv(sy.s1).values()))
-    out = CrossResult()
-    for _ in range(runs):
-        cfg = Config(max_loras=1 if crowd else rng.randint(1, 2), max_num_seqs=2 if crowd else rng.randint(1, 4),
-                     max_num_batched_tokens=rng.randint(1, 8), kv_blocks=kv_blocks, block_size=2,
-                     queue=queue, async_scheduling=async_scheduling, policy=policy,
-                     starvation_steps=rng.randint(1, 2) if crowd else rng.randint(0, 2))
-        sched = Scheduler(cfg, make_gate(policy))
-        arrivals = sorted(rng.randint(1, 2 if crowd else last_arrival) for _ in ids)
-        lo, hi = (1, 2) if crowd else (0, adapters)
-        wl = [Request(ids[i], rng.randint(lo, hi), rng.randint(1, max_prompt),
-                      rng.choice((1, 3)) if crowd else rng.randint(1, max_output), arrivals[i],
-                      priority=rng.randint(0, 1) if queue == "priority" else 0) for i in range(requests)]
-        for step in range(1, horizon + 1):
-            before = _snapshot(sched)
-            guard = getattr(sched.gate, "guard", None)
-            star0 = getattr(guard, "star", None)
-            arrive = [r for r in wl if r.arrival == step]
-            for r in arrive:
-                sched.add(r)
-            abort = {r for r in sched.state.waiting + sched.state.running if rng.random() < 0.05}
-            for r in abort:
-                sched.abort(r)
-            if not (sched.state.waiting or sched.state.running):
-                continue  # the driver does not call schedule(); the next pre-state includes these events
-            skips = frozenset(r for r in sched.state.running if skip and rng.random() < 0.3)
-            if skip and throttle_kw and rng.random() < 0.3:
-                rec = sched.step(step, skips, throttle=True)  # DP prefill throttle (where the reference has it)
-                out.throttled += 1
-                out.throttle_holds += sum(1 for why in rec.holds.values() if why == "throttle")
-            else:
-                rec = sched.step(step, skips)
-            out.deferred += sum(1 for r in rec.running if r not in rec.scheduled and r not in skips
-                                and r not in rec.preempted)
-            after = _snapshot(sched)
-            solver.push()
-            solver.add(_pins(sy, reqs, ads, wl, before, after, cfg, step, rec, {r.id for r in arrive}, abort))
-            res = solver.check()
-            solver.pop()
-            out.steps += 1
-            out.admissions += len(rec.admitted)
-            guard = getattr(sched.gate, "guard", None)
-            if star0 is not None and getattr(guard, "star", None) == star0:
-                out.guard_exempt += sum(1 for r in rec.admitted if sched.state.adapter(r) in guard.victims)
-            out.preemptions += len(rec.preempted)
-            out.skipped += len(skips)
-            out.cap_skips += sum(1 for why in rec.holds.values() if why in ("lora_cap", "lora_stop", "fair_guard"))
-            out.drains += bool(before.get("drain"))
-            out.gate_holds += sum(1 for why in rec.holds.values() if why in ("drainer", "timeslice", "vtc_stop"))
-            if res == z3.unknown:
-                out.unknown += 1
-                continue
-            if res != z3.sat:
-                core = _core(sy, _pins(sy, reqs, ads, wl, before, after, cfg, step, rec,
-                                       {r.id for r in arrive}, abort), ads[0], timeout_ms) if res == z3.unsat else ""
-                out.failures.append(f"run {run} step {step}: {res}; {cfg}; record {rec.to_json()}; "
-                                    f"before {before['waiting']}/{before['running']}; core {core}")
-                break
-    return out
-
-
-def _core(sy: System, pins: list[z3.BoolRef], base: z3.ExprRef, timeout_ms: int) -> list[str]:
-    """Names of the invariants and transition axioms in an unsat core (diagnostics)."""
-    sv = z3.Solver()
-    sv.set("timeout", timeout_ms)
-    sv.add(sy.g.axioms() + [sy.g.base == base] + pins)
-    named: dict[str, z3.BoolRef] = {}
-    for n, f in sy.inv(sy.s0).items():
-        named[f"inv0:{n}"] = f
-    for n, f in sy.inv(sy.s1).items():
-        named[f"inv1:{n}"] = f
-    for i, f in enumerate(sy.trans()):
-        named[f"trans{i}:{str(f)[:80]}"] = f
-    for n, f in named.items():
-        sv.assert_and_track(f, z3.Bool(n))
-    if sv.check() != z3.unsat:
-        return ["(no core)"]
-    return sorted(str(c) for c in sv.unsat_core())
-
-
-def _snapshot(sched: object) -> dict:
-    st = sched.state  # type: ignore[attr-defined]
-    guard = getattr(getattr(sched, "gate", None), "guard", None)
-    return {"step": st.step, "waiting": list(st.waiting), "running": list(st.running),
-            "finished": set(st.finished), "aborted": set(st.aborted),
-            "ever": {r for r, rs in st.reqs.items() if rs.first_admitted is not None},
-            "ws": {r: rs.waiting_since for r, rs in st.reqs.items()},
-            "arr": {r: rs.req.arrival for r, rs in st.reqs.items()},
-            "seq": {r: rs.seq for r, rs in st.reqs.items()},
-            "adapter": {r: rs.req.adapter for r, rs in st.reqs.items()},
-            "star": getattr(guard, "star", None),
-            "gen": {r: rs.generated for r, rs in st.reqs.items()},
-            **_gate_snapshot(getattr(sched, "gate", None))}
-
-
-def _gate_snapshot(gate: object) -> dict:
-    """The field's gates' state: drainer's draining adapters, timeslice's
-    active adapters (in its list order), vtc's counters."""
-    out: dict = {}
-    if hasattr(gate, "stats") and getattr(gate, "name", "") == "drainer":
-        out["drain"] = {a for a, s in gate.stats.items() if s.draining_for is not None}  # type: ignore[attr-defined]
-    if getattr(gate, "name", "") == "timeslice":
-        out["active"] = list(gate.active)  # type: ignore[attr-defined]
-    if getattr(gate, "name", "") == "vtc":
-        out["served"] = dict(gate.served)  # type: ignore[attr-defined]
-    return out
-
-
-def _pins(sy: System, reqs: list, ads: list, wl: list, before: dict, after: dict, cfg: object, step: int,
-          rec: object, arrived_now: set[str], aborted_now: set[str]) -> list[z3.BoolRef]:
-    """Equalities fixing the concrete structure of one reference step."""
-    g, st, s0, s1 = sy.g, sy.step, sy.s0, sy.s1
-    c = cfg
-    cs: list[z3.BoolRef] = [g.M == c.max_loras, g.N == c.max_num_seqs,  # type: ignore[attr-defined]
-                            g.T == c.max_num_batched_tokens,  # type: ignore
-                            g.S == (starvation_window(c) if c.policy == "fair" else c.starvation_steps),  # type: ignore
-                            s0.step == step - 1, st.t == step, s1.step == step]
-    scheduled = dict(rec.scheduled)  # type: ignore[attr-defined]
-    admitted = set(rec.admitted)  # type: ignore[attr-defined]
-    preempted = set(rec.preempted)  # type: ignore[attr-defined]
-    finished = after["finished"] - before["finished"]  # async: the previous step's output lands now
-    slots: dict[int, int] = {}
-    if "active" in before:  # timeslice: the ghost slot numbers the active adapters
-        slots = {a: i for i, a in enumerate(before["active"])}
-    for r in before["running"]:
-        a = before["adapter"][r]
-        if a > 0 and a not in slots:
-            slots[a] = len(slots)
-    seats = {r: i for i, r in enumerate(before["running"])}
-    for i, r in enumerate(wl):
-        e = reqs[i]
-        cs += [g.adapter(e) == ads[r.adapter], g.prio(e) == r.priority,
-               g.seq(e) == after["seq"].get(r.id, 1000 + i), g.mt(e) == r.max_tokens, g.prompt(e) == r.prompt_tokens]
-        for snap, s in ((before, s0), (after, s1)):
-            arrived = r.id in snap["adapter"]
-            cs += [s.arrived(e) == arrived, s.W(e) == (r.id in snap["waiting"]),
-                   s.R(e) == (r.id in snap["running"]), s.F(e) == (r.id in snap["finished"]),
-                   s.X(e) == (r.id in snap["aborted"]), s.ever(e) == (r.id in snap["ever"]),
-                   s.star(e) == (snap["star"] == r.id and r.id in snap["waiting"])]
-            if arrived:
-                cs += [s.ws(e) == snap["ws"][r.id], s.arr(e) == snap["arr"][r.id], s.gen(e) == snap["gen"][r.id]]
-        if r.id in seats:
-            cs.append(s0.seat(e) == seats[r.id])
-        cs += [st.arrive(e) == (r.id in arrived_now), st.abort(e) == (r.id in aborted_now),
-               st.adm(e) == (r.id in admitted), st.preempt(e) == (r.id in preempted),
-               st.sched(e) == (r.id in scheduled and r.id not in admitted), st.fin(e) == (r.id in finished)]
-        if r.id in scheduled:
-            cs.append(st.tok(e) == scheduled[r.id])
-    cs += [s0.slot(ads[a]) == k for a, k in slots.items()]
-    for snap, s in ((before, s0), (after, s1)):  # the field's gates' state, pinned
-        for a in range(len(ads)):
-            if "drain" in snap:
-                cs.append(s.drain(ads[a]) == (a in snap["drain"]))
-            if "active" in snap:
-                cs.append(s.act(ads[a]) == (a in snap["active"]))
-            if "served" in snap:
-                cs.append(s.cnt(ads[a]) == int(snap["served"].get(a, 0)))
-    return cs
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="unbounded safety proofs (any number of requests and adapters)")
     ap.add_argument("--policy", choices=POLICIES, action="append")
     ap.add_argument("--check-invariant")
     ap.add_argument("--no-mutants", action="store_true")
     ap.add_argument("--timeout", type=int, default=60)
-    ap.add_argument("--benchmark", action="store_true", help="print the figures of `benchmark` instead")
     a = ap.parse_args(argv)
-    if a.benchmark:
-        benchmark()
-        return 0
     return 1 if check_all(policies=tuple(a.policy or POLICIES), invariant=a.check_invariant,
                           mutants=not a.no_mutants, timeout_ms=a.timeout * 1000) else 0
 

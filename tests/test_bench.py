@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
-from lora_sched.bench.simulate import FastBlock, result_block, seed_config, seed_requests, simulate_policy
+from lora_sched.bench.simulate import seed_config, seed_requests, simulate_policy
 from lora_sched.bench.sweeps import starvation_sweep
-from lora_sched.policy.costmodel import DEFAULT, CostModel
+from lora_sched.policy.costmodel import DEFAULT
 
 
 @pytest.fixture(scope="module")
@@ -39,17 +39,6 @@ def test_result_block_is_consistent_with_the_timeline(small_runs) -> None:
         assert tl.step_end[-1] == pytest.approx(sum(DEFAULT.step_time(f) for f in tl.features))
         assert b["median_ttft_ms"] <= b["p99_ttft_ms"]
         assert b["mean_tpot_ms"] > 0 and not math.isnan(b["mean_itl_ms"])
-
-
-def test_fast_block_equals_result_block(small_runs) -> None:
-    reqs, runs = small_runs
-    prompts = {r.id: r.prompt_tokens for r in reqs}
-    model = CostModel(0.01, 2e-4, 3e-5, 1e-3)
-    from lora_sched.bench.simulate import apply_model
-    tl = apply_model(runs["vllm"].timeline, model)
-    fast, slow = FastBlock(tl, prompts)(model), result_block(tl, prompts)
-    for key, value in slow.items():
-        assert fast[key] == pytest.approx(value)
 
 
 def test_blocking_is_slower_than_vllm(small_runs) -> None:

@@ -27,7 +27,6 @@ import traceback
 from dataclasses import replace
 
 import pytest
-from lora_sched.conformance.crash import first_cap_break
 from lora_sched.policy import claims
 from lora_sched.policy.check import check_trace
 from lora_sched.policy.driver import Workload
@@ -36,6 +35,7 @@ from lora_sched.policy.scenarios import SCENARIOS
 from lora_sched.policy.workloads import starvation_stream
 from lora_sched.spec.trace import read_trace
 
+from experiments.crash import first_cap_break
 from experiments.families import FAMILY_DIR, all_families, coded_families, load
 
 pytestmark = pytest.mark.vllm

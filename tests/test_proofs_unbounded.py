@@ -13,6 +13,7 @@ import json
 
 import pytest
 from lora_sched.proofs import unbounded as u
+from unbounded_crosscheck import CrossResult, crosscheck
 
 from lora_sched.cli import main as cli_main
 
@@ -151,9 +152,9 @@ CROSS = [
 
 
 @functools.cache
-def _cross(i: int) -> u.CrossResult:
+def _cross(i: int) -> CrossResult:
     policy, kw = CROSS[i]
-    return u.crosscheck(policy, runs=2, **kw)
+    return crosscheck(policy, runs=2, **kw)
 
 
 @pytest.mark.parametrize("i", range(len(CROSS)), ids=[f"{p}-{'-'.join(f'{k}={v}' for k, v in kw.items())}"
@@ -200,8 +201,8 @@ def test_crosscheck_catches_a_wrong_model() -> None:
     """The cross-check can fail: `blocking`'s model does not admit vllm's
     skip-and-go-on scan, and the no-skip model does not admit a scan while a
     running request is left unscheduled."""
-    assert u.crosscheck("vllm", runs=2, model=u.Model("blocking")).failures
-    assert u.crosscheck("vllm", runs=2, skip=True, model=u.Model("vllm")).failures
+    assert crosscheck("vllm", runs=2, model=u.Model("blocking")).failures
+    assert crosscheck("vllm", runs=2, skip=True, model=u.Model("vllm")).failures
 
 
 def test_field_gates_claims_are_proved() -> None:

@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
-from lora_sched.conformance.crash import CONFIG as CRASH_CONFIG
-from lora_sched.conformance.crash import first_cap_break, shortest_crash
 from lora_sched.policy import claims
 from lora_sched.policy.check import check_trace
 from lora_sched.policy.driver import Workload, run
@@ -27,6 +25,9 @@ from lora_sched.spec.request import Request
 from lora_sched.spec.trace import TraceError, TraceWriter, read_trace
 from strategies import scenarios
 from test_search_violations import _breaks_batch_cap, _running_lora_cap_broken, lora_skips, throttled_streams
+
+from experiments.crash import CONFIG as CRASH_CONFIG
+from experiments.crash import first_cap_break, shortest_crash
 
 ROOT = Path(__file__).resolve().parents[1]
 SELF_PREEMPT_TRACE = ROOT / "docs" / "traces" / "vllm-0.33-priority-self-preempt.jsonl"

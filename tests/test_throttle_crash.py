@@ -1,6 +1,6 @@
 """The DP-throttle crash on vLLM 0.32 itself, its fix in fair, the upstream patch, and 0.33.
 
-`conformance.crash.shortest_crash` finds the smallest workload whose run
+`experiments.crash.shortest_crash` finds the smallest workload whose run
 under vLLM's LoRA rule with DP prefill throttling puts two adapters in one
 batch with max_loras 1. Here it runs on vLLM's own `Scheduler`: vLLM's
 `assert len(scheduled_loras) <= max_loras` fails inside `schedule()` at
@@ -25,11 +25,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from lora_sched.conformance.crash import CONFIG, shortest_crash
 from lora_sched.conformance.inprocess import conform, run_workload
 from lora_sched.policy.check import check_trace
 from lora_sched.policy.replay import replay
 from lora_sched.spec.trace import read_trace
+
+from experiments.crash import CONFIG, shortest_crash
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own scheduler
 

@@ -210,9 +210,11 @@ def test_png_structure_and_pixels(tmp_path):
 
 
 def test_png_file_of_the_500_request_seed(tmp_path):
-    from lora_sched.view.benchmark import seed_trace
+    from lora_sched.bench.simulate import seed_config, seed_requests
+    from lora_sched.policy.driver import Workload, run
 
-    trace = seed_trace(str(tmp_path / "seed.jsonl"), n=500)
+    trace = str(tmp_path / "seed.jsonl")
+    run(seed_config(policy="vllm"), Workload(seed_requests(500)), trace_path=trace)
     layout = layout_file(trace)
     assert len(layout.rows) == 500
     out = tmp_path / "seed.png"

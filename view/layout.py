@@ -13,17 +13,12 @@ one kind merged:
   DESIGN §2);
 - `preempted`: preempted in this step (it waits again from the next one).
 
-Marks are points: `preempted`, `finished`, `aborted`, and `violation` (the
-property's name, at the step, on the requests it names). Per step: the
-adapters in the batch (scheduled) and among running requests, the tokens,
-whether the step was throttled, and for `fair` r* and the victim adapters
-held for it.
-
-Everything is derived from the trace events through `policy.check.observe_trace`
-and `spec.observe.Observer` (the same code `lora-sched check` runs), so the
-violations drawn are exactly those `check` reports; r*, the victims and the
-held requests come from `policy.check.FairHolds`, the guard object the policy
-itself uses.
+Marks are points: `preempted`, `finished`, `aborted`, and `violation`. Per
+step: the adapters in the batch and among running requests, the tokens,
+throttling, and for `fair` r* and the victims. Everything comes from
+`policy.check.observe_trace`, `spec.observe.Observer` and
+`policy.check.FairHolds`, the code `lora-sched check` runs, so the violations
+drawn are exactly those `check` reports.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 For R=4 requests (arrivals in steps 1..3), P<=1, L<=2, max_loras 1,
 max_num_seqs 2, T=4, S=0, the solver's worst first-admission wait is
 4; B = fair_bound(Q=4) = 36. The witness must replay in `policy/`
-with exactly that wait (written by `python -m lora_sched.proofs.emit`).
+with exactly that wait (written by `python -m experiments.emit_cex`).
 """
 
 from lora_sched.proofs.cex import Cex, replay

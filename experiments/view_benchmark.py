@@ -1,4 +1,4 @@
-"""Render speed of `lora-sched view` on the seed's 500-request workload: `python -m lora_sched.view.benchmark`.
+"""Render speed of `lora-sched view` on the seed's 500-request workload: `python -m experiments.view_benchmark`.
 
 The trace is the simulated benchmark's seed run (`bench.simulate.seed_requests`,
 500 prompts over 8 adapters, max_loras 4, 120 output tokens) through the

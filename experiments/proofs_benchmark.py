@@ -1,6 +1,6 @@
 """Benchmark of the proofs (prints figures; never asserts on time).
 
-    python -m lora_sched.proofs.benchmark [--budget 60] [--only NAME ...] [--list]
+    python -m experiments.proofs_benchmark [--budget 60] [--only NAME ...]
 
 Sections (each a function in `SECTIONS`, so other modules can add theirs):
 
@@ -30,22 +30,22 @@ Sections (each a function in `SECTIONS`, so other modules can add theirs):
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 from lora_sched.proofs import encoding as enc
 from lora_sched.proofs import engine
-from lora_sched.proofs import unbounded as ub
-from lora_sched.proofs.checks import ASYNC_THROTTLE, fair_B
+from lora_sched.proofs.checks import ASYNC_THROTTLE, FAMILY, fair_B
+from lora_sched.proofs.unbounded import MODELS, TRACES, prove, run_trace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from unbounded_crosscheck import crosscheck  # noqa: E402
 
 BIG = enc.Bounds(requests=8, adapters=3, max_prompt=2, max_output=2, max_loras=(2, 2), max_num_seqs=(1, 4),
                  max_num_batched_tokens=(1, 6), starvation_steps=(0, 3))
-# Holds behind_lora_stream(4, early_adapter=0, adapters=3) (L0 at 1, the base
-# request and L1 at 2, then L2..L4 every two steps) and every other workload
-# of 6 requests with P <= 1, L <= 2 arriving by step 7, under max_loras 1 or 2.
-FAMILY = enc.Bounds(requests=6, adapters=3, max_prompt=1, max_output=2, max_loras=(1, 2), max_num_seqs=(1, 2),
-                    max_num_batched_tokens=(2, 2), starvation_steps=(0, 0), last_arrival=7)
 
 
 def bmc_depth(a: argparse.Namespace) -> None:
@@ -116,9 +116,39 @@ def kv_priority(a: argparse.Namespace) -> None:
         print(f"      depth:cumulative s  {curve}", flush=True)
 
 
+def unbounded_figures(echo: Callable[[str], None] = print) -> dict[str, float]:
+    """Figures of `proofs.unbounded`: seconds per model (all obligations),
+    the slowest obligation, and the sat traces. Prints; never asserts."""
+    figures: dict[str, float] = {}
+    echo("unbounded proofs (uninterpreted sorts, any R and A; seconds on this machine):")
+    for m, good, bad in MODELS:
+        t0 = time.monotonic()
+        outs = prove(m, props=good + bad)
+        total = time.monotonic() - t0
+        slow = max(outs, key=lambda o: o.seconds)
+        proved = [o.name for o in outs if o.kind == "safety" and o.verdict == "ok"]
+        failed = [o.name for o in outs if o.kind == "safety" and o.verdict != "ok"]
+        echo(f"   {m.label:14s} {len(outs):2d} obligations {total:6.2f}s, slowest {slow.kind} {slow.name} "
+             f"{slow.seconds:.2f}s; proved {proved}; fails {failed}")
+        figures[m.label] = total
+    for tc in TRACES:
+        o = run_trace(tc)
+        echo(f"   trace {tc.name}: {o.detail} ({o.seconds:.2f}s)")
+        figures[f"trace:{tc.name}"] = o.seconds
+    echo("bounded instance vs the reference (crosscheck: Z3 over EnumSorts of R requests, A adapters):")
+    for R, A in ((4, 2), (8, 4), (16, 8)):
+        t0 = time.monotonic()
+        res = crosscheck("fair", runs=1, requests=R, adapters=A, horizon=10, kv_blocks=2 * R, seed=R)
+        dt = time.monotonic() - t0
+        echo(f"   R={R:2d} A={A}: {res.steps} reference steps in {dt:.2f}s ({dt / max(1, res.steps):.2f}s/step), "
+             f"{len(res.failures)} failures, {res.unknown} unknown (timeout 20s)")
+        figures[f"crosscheck:R={R}"] = dt / max(1, res.steps)
+    return figures
+
+
 def unbounded(a: argparse.Namespace) -> None:
     """The any-size proofs (`proofs.unbounded`): seconds per model, sat traces."""
-    ub.benchmark()
+    unbounded_figures()
 
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], None]] = {

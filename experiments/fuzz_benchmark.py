@@ -1,4 +1,4 @@
-"""Benchmark: fuzz throughput with 1 and 2 Ray workers, side by side (`python -m lora_sched.fuzz.benchmark`).
+"""Benchmark: fuzz throughput with 1 and 2 Ray workers, side by side (`python -m experiments.fuzz_benchmark`).
 
 Runs the same seed range with 1 worker, then 2, `--rounds` times alternating
 (so that load from elsewhere on the machine hits both alike), each on a fresh

@@ -1,6 +1,6 @@
 """Regenerate the counterexamples kept under tests/cex/ (ITF JSON + pytest replay).
 
-    python -m lora_sched.proofs.emit [--dir tests/cex]
+    python -m experiments.emit_cex [--dir tests/cex]
 
 Each entry runs its check (BMC for the shortest counterexample, or the
 worst-wait search for its witness), writes `<name>.itf.json` and a pytest
@@ -14,9 +14,8 @@ import os
 import pprint
 
 from lora_sched.proofs import engine
-from lora_sched.proofs.benchmark import FAMILY
 from lora_sched.proofs.cex import Cex, emit_test, write_itf
-from lora_sched.proofs.checks import ASYNC, THROTTLE, WAIT_FAIR, WAIT_HORIZON, fair_B, wait_bound
+from lora_sched.proofs.checks import ASYNC, FAMILY, THROTTLE, WAIT_FAIR, WAIT_HORIZON, fair_B, wait_bound
 
 HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "cex")
 
@@ -34,17 +33,17 @@ def _emit_worst(cex: Cex, worst: int, bound: int, path: str, doc: str) -> None:
 
 
 def family_witness(out_dir: str) -> None:
-    """fair on `proofs.benchmark.FAMILY`: a request waits 10 steps (the
+    """fair on `proofs.checks.FAMILY`: a request waits 10 steps (the
     benchmark shows none waits more); written as a replay that must wait
     exactly that long in `policy/`."""
     r = engine.bmc(FAMILY, "fair", "bounded_wait", 17, bound=9, lemmas=True)
     assert r.verdict == "cex" and r.cex is not None and r.replay_ok, (r.verdict, r.detail)
-    doc = ("Replay of fair's worst wait on the R=6 family model of `proofs.benchmark`.\n\n"
+    doc = ("Replay of fair's worst wait on the R=6 family model of `proofs.checks.FAMILY`.\n\n"
            f"B = fair_bound(Q=6) = {fair_B(FAMILY)}. "
            "R=6, A=3, P<=1, L<=2, max_loras 1..2, max_num_seqs 1..2, arrivals by step 7: Z3 finds a\n"
-           "request waiting 10 steps (and `python -m lora_sched.proofs.benchmark --only fair_wait_family` shows\n"
+           "request waiting 10 steps (and `python -m experiments.proofs_benchmark --only fair_wait_family` shows\n"
            "none waits more). The witness must wait exactly 10 in `policy/` (written by\n"
-           "`python -m lora_sched.proofs.emit --family`).\n")
+           "`python -m experiments.emit_cex --family`).\n")
     write_itf(r.cex, os.path.join(out_dir, "fair_family_worst_wait.itf.json"))
     _emit_worst(r.cex, 10, fair_B(FAMILY), os.path.join(out_dir, "test_fair_family_worst_wait.py"), doc)
     print(f"fair family witness: {r.detail}")
@@ -76,7 +75,7 @@ def main() -> None:
            f"L<={b.max_output}, max_loras {b.max_loras[1]},\nmax_num_seqs {b.max_num_seqs[1]}, "
            f"T={b.max_num_batched_tokens[1]}, S={b.starvation_steps[1]}, the solver's worst first-admission wait "
            f"is\n{r.worst}; B = fair_bound(Q={b.requests}) = {B}. The witness must replay in `policy/`\n"
-           "with exactly that wait (written by `python -m lora_sched.proofs.emit`).\n")
+           "with exactly that wait (written by `python -m experiments.emit_cex`).\n")
     write_itf(r.cex, os.path.join(a.dir, "fair_worst_wait.itf.json"))
     _emit_worst(r.cex, r.worst or 0, B, os.path.join(a.dir, "test_fair_worst_wait.py"), doc)
     print(f"fair worst wait {r.worst} <= B {B}: {r.detail}")

@@ -1,25 +1,11 @@
 """The waiting queue as the deploy classes hand it to vLLM's scan, for one scan.
 
-A gate's scan order (`scan_order`) is applied by `ScanOrderQueue`, a
-`RequestQueue` around vLLM's own queue that yields the pinned requests
-before the others for one scan and, when the scan puts skipped requests
-back, restores the order they had (as the reference keeps it). A gate that
-indexes `waiting` itself and puts one request first (`fair`'s r*, through
-`Gate.front`) leaves vLLM's FCFS deque in place: r* is moved to its front
-for the scan and, if the scan leaves it waiting, moved back to where the
-reference keeps it (`_put_first`, `_put_back`), so the scan sees vLLM's
-own deque in vLLM's own order. Once the cap is full (`Gate.cap_closed`), or
-fair holds an adapter for the rest of the scan (`FairGate.held_for_scan`),
-the requests vLLM's scan would only skip are passed over before its loop
-reaches them (`PassOverQueue`, for that one scan: in the FCFS deque the
-scan reads past them, and nothing moves but the requests that leave it; in
-the heap they are popped and pushed back), so they end among its skipped
-requests in the order they had; and when a tally of the queue (per
-adapter, from the gate's index, and how many are not yet in vLLM's
-`deferred_waiting`) shows that all but the requests that arrived since the
-last scan would only be skipped, those arrivals are visited first and the
-scan ends after them. So vLLM's loop visits the requests that can run, not
-the whole backlog. No request field is written.
+`ScanOrderQueue` yields the requests a gate pins first (its scan order, or
+fair's r* in a priority heap) and puts back what the scan skipped in the
+order the queue had. `PassOverQueue` passes over the requests vLLM's scan
+would only skip once the cap is full or fair holds their adapter, so the
+scan visits the requests that can run, not the whole backlog. Neither
+writes a request field; both leave vLLM's queue as its own skips would.
 """
 
 from __future__ import annotations

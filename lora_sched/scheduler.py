@@ -153,59 +153,35 @@ class GateMixin(HookedMixin):
     """Any reference gate (`policy.gate.Gate`) inside vLLM's `schedule()`.
 
     The gate is the object `policy.make_gate(policy_name)` builds, the one the
-    reference core (`policy.core`) runs; this class only feeds it vLLM's state
-    and applies its answers, at the points where the core calls it:
+    reference core (`policy.core`) runs; this class feeds it vLLM's state at
+    the points where the core calls it: `scan_order` / `front` when the waiting
+    scan starts (`_before_waiting_scan`), `decide` at the LoRA check
+    (`_lora_gate`), `admitted` once a request it let through is running
+    (before the next request is decided), `step_done` after every
+    `schedule()`, `enqueued` / `dequeued` as requests join and leave vLLM's
+    waiting queues; where the gate has them (`fair`), `cap_closed`,
+    `held_for_scan` and `waiting_by_adapter` let the scan skip and pass over
+    (`PassOverQueue`) the requests `decide` would skip.
 
-    - `scan_order(ctx, waiting)` when vLLM starts its waiting scan
-      (`_before_waiting_scan`); the order is pinned on `ScanOrderQueue`;
-    - `decide(ctx, key)` for every request the scan reaches the LoRA check
-      with (`_lora_gate`): ADMIT, SKIP (vLLM's own skip) or STOP (`break`);
-    - `admitted(ctx, key)` once a request it let through has joined
-      `running` (seen at the next LoRA check, or when `schedule()` returns),
-      before any later request is decided, as the core tells it;
-    - `step_done(ctx, batch_loras)` after every `schedule()`;
-    - `enqueued(state, key)` when a request joins vLLM's waiting queues and
-      `dequeued(state, key)` when one leaves them without being admitted, so
-      a gate can index the queue (`fair`'s r* in O(log W));
-    - `cap_closed(ctx)`, `held_for_scan()` and `waiting_by_adapter()`, where
-      the gate has them (`fair`): the adapters whose requests `decide`
-      would skip for the rest of the scan, and the index's counts, so that
-      the scan skips and passes over those requests without a call
-      (`PassOverQueue`).
+    The index follows vLLM's own queue operations: a request is indexed when
+    vLLM queues it (`_enqueue_waiting_request`: an arrival, or a streaming
+    session whose turn ended) or puts it back (`_preempt_request`), and leaves
+    when vLLM admits or frees it. A session's next chunk or its close is no
+    new request; a session waiting for its client (`WAITING_FOR_STREAMING_REQ`)
+    is indexed from the step its next chunk arrives. Each request has its own
+    key (its id, or its id and arrival number while a freed request of that
+    id is still in the mirror), so a reused id is a new request.
 
-    The index follows vLLM's own queue operations, not the engine's calls:
-    a request is indexed when vLLM queues it (`_enqueue_waiting_request`: an
-    arrival, or a streaming-input session whose turn ended) or puts it back
-    (`_preempt_request`), and leaves the index when vLLM admits or frees it.
-    What vLLM does not queue is not indexed: a streaming session's next
-    chunk or its close (an `add_request` with the session's id) only changes
-    the session vLLM already holds. A session waiting for its client's next
-    chunk (`WAITING_FOR_STREAMING_REQ`) sits in vLLM's queue but waits for
-    the client, not the scheduler: it is indexed from the step that chunk
-    arrives. Every request vLLM holds has its own key, the request id, or
-    the id and its arrival number while a freed request of the same id is
-    still in the mirror, so an id reused after a finish or an abort is a new
-    request.
+    `ctx.state` is `mirror`, a `spec.state.State` read from vLLM at each call
+    (queues, statuses, token counters) plus what vLLM does not keep (arrival
+    order, `waiting_since`, `first_admitted`). A freed request stays in it
+    through the next `schedule()` (a gate sees it finished once) and is then
+    dropped: a long-running server keeps no entry per request served.
 
-    `ctx.scheduled_loras` is vLLM's own `scheduled_loras` set, which its scan
-    grows. `ctx.state` is `mirror`, a `spec.state.State` kept from vLLM's
-    requests: queue orders, statuses and token counters (`generated` =
-    `num_output_tokens`, `computed`, `stale` = `num_stale_output_tokens`,
-    `placeholders`) are read from vLLM at each call; what vLLM does not keep
-    the mixin records as the core does (arrival order `seq`; `waiting_since`,
-    the step a request last joined `waiting`; `first_admitted`). KV blocks
-    held are not mirrored (no gate reads them). A request vLLM frees stays in
-    the mirror through the next `schedule()` (a gate sees it finished once,
-    as in the core) and is then dropped, so a long-running server keeps no
-    entry per request served.
-
-    Fail safe: no exception from this class's own code reaches the engine.
-    Whatever raises in a hook (an inconsistency between the index and
-    vLLM's queues) is logged once with the request and what was expected;
-    the rest of that step runs vLLM's own rule (`HookedMixin._lora_gate`,
-    no pass-over), and when `schedule()` returns the mirror and the gate are
-    rebuilt from vLLM's queues (`resync`), keeping each request's arrival
-    order and wait. `faults` counts these over the scheduler's life.
+    Fail safe: whatever raises in this class's own code is logged once with
+    the request and what was expected; the rest of that step runs vLLM's own
+    rule (`HookedMixin._lora_gate`, nothing passed over), and the mirror and
+    the gate are rebuilt from vLLM's queues (`resync`). `faults` counts them.
     """
 
     pass_over_queue: type[PassOverQueue] = PassOverQueue

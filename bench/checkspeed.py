@@ -3,14 +3,11 @@
     python -m lora_sched.bench.checkspeed [--steps 10000 100000 ...] [--dir out/checkspeed]
     python -m lora_sched.bench.checkspeed --goal   # a 4 M-step trace, against the goal
 
-A light serving trace (16 adapters, Zipf popularity plus base traffic,
-max_loras 4, 32 seats, about 0.5 arrivals per step) is simulated by the
-reference `vllm` policy and written gzip; `lora-sched check TRACE --policy
-vllm` then runs on it in a fresh process, and its wall and CPU time, steps
-per second and peak RSS are printed with the load average around the check.
-`--goal` checks a 4 000 000-step trace against >= 10 000 steps/s with the
-replay and <= 1 GB peak, then deletes it (`--keep` keeps it). Figures are
-printed, never asserted.
+A light serving trace (docs/operator-scale.md) is simulated by the reference
+`vllm` policy and written gzip; `lora-sched check TRACE --policy vllm` then
+runs on it in a fresh process, whose wall and CPU time, steps per second and
+peak RSS are printed with the load average. `--goal` checks a 4 M-step trace
+(deleted afterwards unless `--keep`). Figures are printed, never asserted.
 """
 
 from __future__ import annotations

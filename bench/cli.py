@@ -1,15 +1,12 @@
 """`lora-sched bench`: the seed's table, reproduced and extended to `fair`.
 
-Simulated by default (reference policies + the cost model, well under a
-minute): the seed's serving benchmark, the starvation stream and the tuning
-of fair's `starvation_steps`. `--speed` adds the reference-vs-vLLM
-scheduler speed (imports vLLM); `--live` runs the policies inside the CPU
-vLLM server, driven by vLLM's own benchmark client (`bench.live`);
-`--realistic` runs the realistic multi-tenant grid (`bench.realistic`);
-`--overhead` times vLLM's real `schedule()` + `update_from_output()` per
-step, stock vs lora_sched's classes, in-process (`bench.overhead`; its
-finer flags are `python -m lora_sched.bench.overhead`'s). Results go to
-`--out` as JSON and PNG; stdout gets the tables.
+Simulated by default (reference policies + the cost model): the seed's
+serving benchmark, the starvation stream and the tuning of fair's
+`starvation_steps`. `--live` runs the policies inside the CPU vLLM server
+(`bench.live`); `--realistic` the realistic grid (`bench.realistic`);
+`--overhead` times vLLM's `schedule()` + `update_from_output()` per step,
+stock vs lora_sched's classes (`bench.overhead`; finer flags with `python
+-m lora_sched.bench.overhead`). JSON and PNG go to `--out`, tables to stdout.
 """
 
 from __future__ import annotations
@@ -23,7 +20,6 @@ from pathlib import Path
 from lora_sched.bench import overhead
 from lora_sched.bench.live import LIVE_INPUT_MEAN, LIVE_OUTPUT, LIVE_PROMPTS, LIVE_STARVATION_STEPS, main_live
 from lora_sched.bench.realistic import report as realistic_report
-from lora_sched.bench.refspeed import compare, describe
 from lora_sched.bench.simulate import SEED_PROMPTS, progress, ratio, seed_config, seed_requests, simulate_policy
 from lora_sched.bench.sweeps import STARVATION_STEPS, STREAM_LENGTHS, starvation_sweep, tuning_sweep
 from lora_sched.bench.table import table
@@ -46,8 +42,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "spec/releases.py)")
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--docs-img", default=None, help="also copy the plots into this directory")
-    parser.add_argument("--speed", action="store_true",
-                        help="also time the reference vs vLLM's Scheduler in-process (imports vLLM)")
     parser.add_argument("--live", action="store_true", help="run the policies inside the CPU vLLM server")
     parser.add_argument("--policies", default=None, metavar="P,Q",
                         help="--live: the policies to serve (default blocking,vllm,fair); --overhead: the "
@@ -80,9 +74,9 @@ def _live_args(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def main(args: argparse.Namespace) -> int:
-    # The live, speed and overhead modes run the installed vLLM, whose traces
+    # The live and overhead modes run the installed vLLM, whose traces
     # name their release; --vllm is for the simulated runs.
-    name = None if (args.live or args.speed or args.overhead) else args.vllm
+    name = None if (args.live or args.overhead) else args.vllm
     if name is not None:
         print(f"[bench] simulated runs follow vLLM {name}'s scheduler (--vllm)", flush=True)
     with release(name):
@@ -95,7 +89,7 @@ def _main(args: argparse.Namespace) -> int:
         return 2
     if args.overhead:
         return overhead.main(_overhead_args(args))
-    if (args.live or args.speed) and importlib.util.find_spec("vllm") is None:
+    if args.live and importlib.util.find_spec("vllm") is None:
         # Before a minute of simulation, not after: `lora_sched.cli` names the extra.
         raise ModuleNotFoundError("No module named 'vllm'", name="vllm")
     args.out = args.out or "out/bench"
@@ -173,15 +167,6 @@ def _main(args: argparse.Namespace) -> int:
     print(f"smallest S with fair >= {sweep['target_ratio']} of vllm on every workload: "
           f"{rec if rec is not None else 'none in the sweep'}; with the guard firing on some workload: "
           f"{fire if fire is not None else 'none in the sweep'}")
-
-    if args.speed:
-        progress("reference speed: importing vLLM and timing its Scheduler ...")
-        ref, vl = compare(cfg, reqs)
-        report["speed"] = {"reference": {"steps": ref.steps, "seconds": ref.seconds,
-                                         "steps_per_s": ref.steps_per_s},
-                           "vllm": {"steps": vl.steps, "seconds": vl.seconds, "steps_per_s": vl.steps_per_s},
-                           "ratio_reference_over_vllm": ref.steps_per_s / vl.steps_per_s}
-        print("\n" + describe(ref, vl))
 
     if not args.no_plots:
         from lora_sched.bench import plots

@@ -1,15 +1,11 @@
 """`lora-sched bench --live`: the seed's benchmark on the tiny model, inside vLLM.
 
-Each policy runs as a scheduler class of vLLM's OpenAI server on the CPU
-(`conformance.server.LiveServer`), one server per policy, on the same
-generated model and adapters (`conformance.assets`), driven by vLLM's own
-client, `vllm bench serve` (`bench.vllm_client`), as the seed drove vLLM:
-request rate inf, 8 adapters assigned at random (seeded), random prompts of a
-mean length scaled down from the seed's, a fixed output length with
-`--ignore-eos`, max_loras 4. The table is vLLM's own result block next to the
-seed's columns. The recorded trace gives, per adapter, the wait in engine
-steps before first admission, and for `fair` how often the guard acted
-(`policy.check.FairHolds` replayed on the trace).
+One CPU vLLM OpenAI server per policy (`conformance.server.LiveServer`), on
+the generated model and adapters (`conformance.assets`), driven by `vllm
+bench serve` (`bench.vllm_client`) with the seed's shape scaled down. The
+table is vLLM's result block next to the seed's columns; the recorded trace
+gives each adapter's wait in steps before first admission and, for `fair`,
+how often the guard acted (`policy.check.FairHolds`).
 """
 
 from __future__ import annotations
@@ -62,12 +58,8 @@ def trace_summary(path: Path) -> dict:
     """Steps, per-adapter waits, tail/head and, for `fair`, the guard's activity, from a recorded trace.
 
     Also `busy_steps` (steps that scheduled something) and `vllm_busy_steps`
-    (with `vllm_tail_head`):
-    the busy steps the reference `vllm` needs for the same requests arriving
-    at the same engine steps. A live client sends a burst over many engine
-    steps, and how many depends on the machine, so two servers' step counts
-    compare different arrivals; the policy's busy steps against vllm's on
-    the trace's own arrivals compare the rules alone."""
+    (with `vllm_tail_head`): the reference `vllm`'s on the trace's own
+    arrivals, so that the rules are compared on the same arrivals."""
     trace = read_trace(path, allow_truncated_tail=True)
     steps = trace.steps()
     first: dict[str, int] = {}
@@ -167,11 +159,10 @@ def run_policy(policy: str, cfg: Config, args, model: str, modules: list[str], o
                tag: str = "", client: Callable[[int, str], list[str]] | None = None, rounds: int = 1) -> dict:
     """One server with `policy`'s scheduler class: start, drive with vLLM's client, stop, summarize.
 
-    `client(port, result_file)` builds the client's command line (default: the
-    seed's random dataset, `client_command`); `tag` prefixes the file names.
-    With `rounds` > 1 the client runs that many times, one after the other, on
-    the same server; the result reported is the round with the median request
-    throughput (each round's is kept), the trace covers every round."""
+    `client(port, result_file)` builds the client's command line (default
+    `client_command`); `tag` prefixes the file names. With `rounds` > 1 the
+    client runs that many times on the same server; the round with the median
+    request throughput is reported (each is kept), the trace covers all."""
     from lora_sched.conformance.server import LiveServer, log_tail
 
     scenario = Scenario(f"bench-{tag}{policy}", replace(cfg, policy=policy), Workload([]),

@@ -4,22 +4,15 @@
                                         [--profile CLASS]
     lora-sched bench --overhead ...
 
-Times one engine step's scheduler work (`schedule()` plus the
-`update_from_output()` the engine core makes in that step) for vLLM's stock
-`Scheduler` and `AsyncScheduler` and for every class
-`lora_sched.scheduler.CLASSES` registers, each built in-process as
-`conformance.inprocess` builds vLLM's (no weights, no server; the runner's
-output faked; async classes get each output one step late). Nothing else is
-timed. The workload is a closed loop of 256 + W clients (256 fill the batch,
-W wait, adapters uniform over 1..A), on the grid W x A x max_loras; per cell
-the classes are warmed up past S and measured round robin, side by side. A
-class's figure is its median ms/step in wall and thread CPU time; its ratio
-is over its stock base. The table flags ratios over 1.2; nothing asserts on
-time. The workload, grid and flags are described in docs/bench.md.
-
-`--profile CLASS` runs one cell with that class alone and prints the 15
-functions with the largest cumulative time (cProfile). `--out [PATH]` writes
-the results as JSON (default `bench/results/overhead.json`).
+Times that scheduler work for vLLM's stock `Scheduler` and `AsyncScheduler`
+and every class of `lora_sched.scheduler.CLASSES`, built in-process as
+`conformance.inprocess` builds them (runner output faked; async classes get
+each output one step late), on a closed-loop workload over the grid W x A x
+max_loras (docs/bench.md). Per cell the classes are warmed up and measured
+round robin; a class's figure is its median ms/step in wall and thread CPU
+time, its ratio over its stock base, flagged over 1.2. `--profile CLASS`
+prints one cell's 15 largest cumulative functions (cProfile); `--out [PATH]`
+writes JSON (default `bench/results/overhead.json`).
 """
 
 from __future__ import annotations
@@ -111,11 +104,9 @@ def _summary(values: Sequence[float]) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class Load:
-    """What the steady state is made of besides the cell: vLLM's waiting
-    queue (`fcfs`, or `priority`: its heap, every request at priority 0),
-    the share of requests for the base model, and the KV pool as a fraction
-    of what the batch and 8 more requests need at their longest (below 1,
-    running requests are preempted as they grow)."""
+    """The steady state besides the cell: vLLM's waiting queue (`fcfs`, or `priority`, every
+    request at priority 0), the base model's share of requests, and the KV pool as a fraction
+    of what the batch and 8 more requests need at their longest (below 1, preemptions)."""
 
     queue: str = "fcfs"
     base_share: float = 0.0
@@ -269,8 +260,7 @@ def run_cell(cell: Cell, chosen: Sequence[Entry], *, steps: int, warmup: int, st
     """Build, warm up and measure every class of `chosen` on `cell`, interleaved.
 
     `steps` rounds at least; then more (up to `EXTRA` x `steps` in all) while
-    the measured rounds have taken less than `cell_seconds`, so that a cheap
-    cell gets enough steps to see through the machine's noise."""
+    the measured rounds have taken less than `cell_seconds`."""
     runners = [build(e, cell, starvation_steps=starvation_steps, seed=seed, load=load) for e in chosen]
     for _ in range(warmup):
         for r in runners:

@@ -1,12 +1,10 @@
 """Tail/head: how much longer the rarely used adapters wait than the popular ones.
 
-An adapter's number is its popularity rank (1 the most popular, as the
-realistic grid's Zipf draws them). The head is the `max_loras` most popular
-adapters that sent a request, the tail the bottom half of those ranks (less
-the head); base-model requests are in neither. Tail/head is the tail's mean
-wait over the head's, each plus one step (a request admitted on its arrival
-step waited one step), so that it is defined at light load where the head
-waits 0.
+An adapter's number is its popularity rank (1 the most popular). Tail/head
+is the mean wait of the tail (the bottom half of the ranks that sent a
+request, less the head) over the head's (the `max_loras` most popular), each
+plus one step so that it is defined where the head waits 0; base-model
+requests are in neither.
 """
 
 from __future__ import annotations

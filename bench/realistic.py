@@ -1,24 +1,15 @@
-"""Realistic multi-tenant traffic: the workloads `fair` is judged on first (DESIGN section 3).
+"""Realistic multi-tenant traffic: the workloads `fair` is judged on first (docs/fair.md).
 
-The shape production multi-LoRA papers use (S-LoRA, Punica, dLoRA): many
-adapters with Zipf popularity plus base-model traffic, Poisson or on/off
-arrivals below, near or above capacity, lognormal prompt and output lengths
-(medians 200 and 120 tokens, sigma 1, clipped to 2048), `max_num_seqs` 256,
-budgets 4096 and 8192, `max_loras` 2 to 16. `workload` turns a seeded `Spec`
-into requests; `grid` is a fixed list of specs whose index decides the
-*design* set (index divisible by 3) or *held out* (the rest).
-
-Load (`Spec.unit`): `vllm`, the requests `vllm` completes per step when the
-workload's requests all arrive at once (`capacity`), or `seats`,
-`max_num_seqs / E[output]`. A load of 1.0 is an arrival rate equal to the
-unit; time is in scheduler steps.
-
-Measures per policy and workload (`measure`): throughput against `vllm` (the
-ratio of makespans, in steps and in cost-model seconds); waits from arrival
-to first admission (p50, p99, max); tail/head (the mean wait of the bottom
-half of the adapters by popularity over that of the `max_loras` most popular,
-each plus one step); per-adapter p99 wait; for fair, worst wait / B
-(`policy.bound.observed_bound`).
+Many adapters with Zipf popularity plus base-model traffic, Poisson or on/off
+arrivals, lognormal prompt and output lengths (medians 200 and 120 tokens,
+sigma 1, clipped to 2048). `workload` turns a seeded
+`Spec` into requests; `grid` is a fixed list of specs whose index decides the
+*design* set (index divisible by 3) or *held out* (the rest). Load
+(`Spec.unit`) is relative to `vllm`'s completions per step on the burst
+(`capacity`) or to `max_num_seqs / E[output]`; time is in scheduler steps.
+`measure` gives per policy and workload the throughput against `vllm`, the
+waits to first admission, tail/head (`bench.popularity`) and, for fair,
+worst wait / B (`policy.bound.observed_bound`).
 """
 
 from __future__ import annotations
@@ -141,12 +132,9 @@ def workload(spec: Spec) -> list[Request]:
 
 
 def grid(*, large: bool = False, requests: int | None = None, draw: int = GRID_DRAW) -> list[Spec]:
-    """The fixed grid: 12 workloads by default, 48 with `large`. The axes
-    are crossed in a fixed pseudo-random order so that every prefix covers
-    each axis; indices never change, so the design / held-out split is fixed.
-    Another `draw` gives a fresh grid of the same shape (other axes, other
-    request seeds), all of it held out: workloads no rule was looked at on.
-    `draw` below `GRID_DRAW` is refused (`check_draw`)."""
+    """The fixed grid: 12 workloads by default, 48 with `large`, the axes crossed in a fixed
+    pseudo-random order so that every prefix covers each axis and the design / held-out split
+    is fixed. Another `draw` (above `GRID_DRAW`, `check_draw`) gives a fresh, held-out grid."""
     check_draw(draw)
     rng = random.Random(draw)
     n = 48 if large else 12
@@ -163,9 +151,7 @@ def grid(*, large: bool = False, requests: int | None = None, draw: int = GRID_D
 
 
 def tail_head(waits: dict[str, int], adapter_of: dict[str, int], spec: Spec) -> float:
-    """Mean wait of the tail adapters' requests over the head adapters' (each + 1 step),
-    as `bench.popularity` defines them (head: ranks 1..max_loras; tail: the
-    bottom half of the ranks that sent a request)."""
+    """Tail/head as `bench.popularity` defines it."""
     return tail_head_ratio(waits, adapter_of, spec.max_loras)
 
 

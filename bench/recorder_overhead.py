@@ -2,14 +2,12 @@
 
     python -m lora_sched.bench.recorder_overhead [--requests 3000] [--adapters 64] [--steps 600]
 
-vLLM 0.32's `Scheduler` is driven in-process (`conformance.inprocess`, no
-model) through one workload that keeps thousands of requests waiting, in four
-ways, each timed over `schedule()` + `update_from_output()` only: `plain`
-(vLLM's class), `off` (`lora_sched.recorder.RecordingScheduler` with no trace
-open), `on` (plain JSONL, flushed every line) and `on-gz` (gzip segments
-rotated by size, the production setting). Each way runs `--repeat` times,
-interleaved; the best per-step time of each is printed with its overhead over
-`plain` (goal: <= 5%). Figures are printed, never asserted.
+vLLM's `Scheduler` is driven in-process (`conformance.inprocess`) through one
+workload with thousands of requests waiting, timed over `schedule()` +
+`update_from_output()` four ways: `plain` (vLLM's class), `off` (the
+recording class, no trace open), `on` (JSONL flushed every line) and `on-gz`
+(gzip segments rotated by size). The ways run `--repeat` times interleaved;
+each one's best per-step time is printed with its overhead over `plain`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """Simulated benchmark: the seed's configuration through the reference policies.
 
-The seed's table was measured on a GPU; the reference policies reproduce
-vLLM's scheduling decisions step by step and the cost model
+The reference policies schedule step by step and the cost model
 (`policy.costmodel`) turns each step into seconds. From the per-request token
-timeline this computes the result block vLLM's `benchmark_serving.py` prints,
-with its definitions (duration from the first request sent to the last token;
-TTFT; TPOT per request; ITL over every gap, all requests pooled; numpy's
-linear percentiles), plus per adapter the mean and maximum wait before first
-admission, in steps and in seconds.
-
-Workload (`seed_requests`): 500 prompts from `policy.workloads.seed_mix`
-(lognormal, seed 2) rescaled to total exactly the seed's 124520 tokens;
-adapters round robin over 8 LoRAs or, with `assign="random"`, uniform like
-benchmark_serving's `random.choice(lora_modules)`; output 120 tokens; every
-request at step 1 (request rate inf). docs/bench.md has the figures.
+timeline this computes the result block of vLLM's `benchmark_serving.py`,
+with its definitions (duration, TTFT, TPOT, ITL, numpy's linear percentiles),
+plus each adapter's mean and maximum wait before first admission.
+`seed_requests`: 500 prompts from `policy.workloads.seed_mix` rescaled to the
+seed's 124520 tokens, adapters round robin over 8 LoRAs (or uniform with
+`assign="random"`), 120 output tokens, every request at step 1.
 """
 
 from __future__ import annotations
@@ -97,12 +91,11 @@ class Timeline:
 def build_timeline(result: RunResult) -> Timeline:
     """Walk the records once: features per step, which step delivers each token.
 
-    A step's output (its sampled tokens) is available at the end of that
-    step. A request samples when its computed tokens reach prompt + tokens
-    sampled so far (vLLM's `_update_after_schedule`; under async scheduling
-    the samples in flight are its output placeholders, so the rule is the
-    same and only the scheduler's decisions differ); a preemption resets the
-    computed count and the recompute delivers no token until it catches up.
+    A step's sampled tokens are available at the end of that step. A request
+    samples when its computed tokens reach prompt + tokens sampled so far
+    (vLLM's `_update_after_schedule`, async scheduling included); a preemption
+    resets the computed count and the recompute delivers no token until it
+    catches up.
     """
     reqs = result.scheduler.state.reqs
     computed: dict[str, int] = {}

@@ -1,12 +1,9 @@
 """The starvation sweep and the tuning of `fair`'s `starvation_steps`.
 
-Why two sweeps: the first shows the defect `fair` exists for (under `vllm`
-the starved request's wait grows with the stream that starves it) and that
-`fair` keeps it under the proven bound B (`policy.fair.fair_bound`); the
-second prices the guard: a small `starvation_steps` S gives a tight bound
-but may hold the active adapters too often, so we measure
-throughput(fair) / throughput(vllm) (seconds from the cost model) against S
-and pick the smallest S that keeps the ratio >= 0.97 on every workload.
+`starvation_sweep`: the starved request's wait per policy as the stream that
+starves it grows, beside B (`policy.fair.fair_bound`). `tuning_sweep`:
+throughput(fair) / throughput(vllm) (cost-model seconds) against S, and the
+smallest S that keeps the ratio >= 0.97 on every workload.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The serving benchmark's result block as a table, one column per run.
 
-Rows and keys are those of vLLM's `benchmark_serving` / `vllm bench serve`
-result block (the seed's table), so simulated columns, live columns (vLLM's
-own client) and the seed's published columns line up.
+Rows and keys are those of vLLM's `vllm bench serve` result block, so
+simulated, live and the seed's published columns line up.
 """
 
 from __future__ import annotations

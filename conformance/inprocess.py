@@ -1,28 +1,21 @@
 """vLLM's real scheduler driven in-process: no model, no server.
 
-`make_scheduler` builds the installed vLLM's `Scheduler` (or `AsyncScheduler`) the way
-vLLM's own tests do (`tests/v1/core/utils.py::create_scheduler`): a
-`VllmConfig` with a LoRA config and a KV cache config with a chosen number of
-blocks. The model config points at the locally generated tiny Llama
-(`conformance.assets`) because `ModelConfig` reads a real config; no weights
-are loaded. `run_workload` feeds a `policy.driver.Workload` step by step,
-fakes the model runner's output (one sampled, never-EOS token for each
-request that is not mid-prefill, as vLLM's runner does), records the trace
-with the recorder, and `replay` checks it against the reference.
-
-Aborts are applied between two steps (after the previous output, before the
-next `schedule()`), which is where the reference applies them.
+`make_scheduler` builds the installed vLLM's `Scheduler` (or `AsyncScheduler`)
+as vLLM's own tests do (`tests/v1/core/utils.py::create_scheduler`), its
+model config pointing at the tiny Llama of `conformance.assets` (no weights
+loaded). `run_workload` feeds a `policy.driver.Workload` step by step, fakes
+the runner's output (one never-EOS token for each request not mid-prefill)
+and records the trace; `conform` replays it through the reference. Aborts
+are applied between two steps, where the reference applies them.
 """
 
 from __future__ import annotations
 
 import os
 
-# Quiet the vLLM this module drives (read when vLLM is first imported). The whole
-# process inherits it, a live server it starts later included: tools that may also
-# start one import this module only in the function that drives vLLM in-process.
+# Quiet vLLM (read at its first import). A live server started later inherits it:
+# tools that may start one import this module only where they drive vLLM in-process.
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-import random
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,9 +47,8 @@ def make_scheduler(cfg: Config, policy: str | None = None, *, model: str | None 
                    plenty_blocks: int = 4096, scheduler_class: type | None = None):
     """A recording vLLM scheduler configured like `cfg`.
 
-    `kv_blocks=None` (unlimited) becomes `plenty_blocks`: vLLM has no
-    unlimited pool and builds every block eagerly, so callers pass a number
-    the workload cannot exhaust (the header then states it). `scheduler_class`
+    `kv_blocks=None` (unlimited) becomes `plenty_blocks`, a number the workload
+    cannot exhaust (vLLM builds every block eagerly). `scheduler_class`
     replaces the policy's recording class (e.g. a patched vLLM scheduler)."""
     import torch
     from vllm.config import CacheConfig, LoRAConfig, ModelConfig, SchedulerConfig, VllmConfig
@@ -143,20 +135,6 @@ def _model_output(sched_out, sampled: set[str]):
     )
 
 
-def run_sync(sched, max_steps: int | None = None) -> int:
-    """Drive a scheduler synchronously (schedule, then its output) until it
-    holds no request; returns the number of steps."""
-    steps = 0
-    while sched.has_requests():
-        out = sched.schedule()
-        sampled = {rid for rid in out.num_scheduled_tokens if not sched.requests[rid].is_prefill_chunk}
-        sched.update_from_output(out, _model_output(out, sampled))
-        steps += 1
-        if max_steps is not None and steps > max_steps:
-            raise Stuck(f"no completion after {max_steps} steps")
-    return steps
-
-
 class Stuck(RuntimeError):
     """vLLM made no progress (a request that can never fit, for example)."""
 
@@ -166,15 +144,12 @@ def run_workload(cfg: Config, workload: Workload, trace_path: str | os.PathLike[
                  engine_cadence: bool | None = None) -> int:
     """Drive vLLM's scheduler through `workload`, recording to `trace_path`.
 
-    Returns the number of `schedule()` calls. The clock follows the engine:
-    one `schedule()` per step while vLLM has requests; idle steps are jumped.
-    An exception inside vLLM (its max_loras assert, say) propagates after the
-    trace up to the step before it is flushed to `trace_path`.
-
+    Returns the number of `schedule()` calls: one per step while vLLM has
+    requests; idle steps are jumped. An exception inside vLLM propagates after
+    the trace up to the step before it is flushed to `trace_path`.
     `engine_cadence`: whether the harness plays the DP engine core, calling
     `schedule(throttle_prefills=...)` on off-cadence steps; by default the
-    installed release's rule (`spec.releases`: 0.32 yes, 0.33 no, its
-    scheduler keeps the cadence itself). Tests plant the other choice.
+    installed release's rule (`spec.releases`: 0.32 yes, 0.33 no).
     """
     plenty = sum(-(-(r.prompt_tokens + r.max_tokens) // cfg.block_size) for r in workload.requests) + 1
     sched = make_scheduler(cfg, policy, plenty_blocks=plenty, scheduler_class=scheduler_class)
@@ -248,42 +223,3 @@ def conform(cfg: Config, workload: Workload, trace_path: str | os.PathLike[str] 
     trace = read_trace(trace_path)
     return Outcome(Path(trace_path), steps, replay(trace, policy))
 
-
-# ---- random workloads --------------------------------------------------------
-
-def random_case(rng: random.Random) -> tuple[Config, Workload]:
-    """A random config and workload exercising every modelled feature."""
-    block_size = rng.choice([4, 8, 16])
-    max_loras = rng.randint(1, 3)
-    budget = rng.choice([8, 16, 32, 64, 128, 512])
-    chunked = rng.random() < 0.8
-    n = rng.randint(1, 14)
-    adapters = rng.randint(1, 5)
-    max_prompt = rng.choice([4, 12, 40, 100])
-    # Without chunked prefill vLLM caps max_model_len at the token budget; a
-    # request must end before it (the model has no max_model_len).
-    max_len = MAX_MODEL_LEN if chunked else budget
-    reqs = []
-    for i in range(n):
-        prompt = rng.randint(1, min(max_prompt, max_len - 1))
-        out = rng.randint(1, min(12, max_len - prompt))
-        reqs.append(Request(f"r{i}", rng.randint(0, adapters), prompt, out, rng.randint(1, 8),
-                            rng.choice([0, 0, 1, 2]) if rng.random() < 0.5 else 0))
-    longest = max(r.prompt_tokens + r.max_tokens for r in reqs)
-    need = -(-longest // block_size)
-    kv = None if rng.random() < 0.4 else rng.randint(need + 1, need * 3 + 2)
-    cfg = Config(
-        max_loras=max_loras,
-        max_num_seqs=min(budget, rng.choice([1, 2, 3, 4, 8, 64])),
-        max_num_batched_tokens=budget,
-        chunked_prefill=chunked,
-        long_prefill_token_threshold=min(max_len, rng.choice([0, 0, 0, 4, 16])),
-        kv_blocks=kv,
-        block_size=block_size,
-        queue=rng.choice(["fcfs", "fcfs", "priority"]),
-        async_scheduling=rng.random() < 0.4,
-        starvation_steps=rng.choice([0, 1, 2, 4, 8]),
-        prefill_schedule_interval=rng.choice([1, 1, 2, 3]),
-    )
-    aborts = {r.id: r.arrival + rng.randint(0, 10) for r in reqs if rng.random() < 0.15}
-    return cfg, Workload(reqs, aborts)

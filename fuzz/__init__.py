@@ -10,9 +10,7 @@
 
 import os
 
-# Ray on loopback: with this off, Ray takes 127.0.0.1 as the node address
-# (its Windows/macOS default) instead of the machine's outward IP. It is read
-# when `ray` is first imported, hence here, before any module of this package
-# imports Ray. Export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 to join a cluster
-# whose other nodes must reach this driver.
+# Ray on loopback (127.0.0.1 as the node address), read when `ray` is first
+# imported, hence before any module here imports it. Export it as 1 to join a
+# cluster whose other nodes must reach this driver.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")

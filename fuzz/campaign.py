@@ -1,18 +1,11 @@
 """A fuzz campaign on Ray: long-lived workers over seed ranges, a resumable report.
 
-Each worker is a named Ray actor that imports vLLM once (several seconds) and
-then runs whole seed ranges (`FuzzWorker.run_range`), so the import is paid
-once per worker and Ray session, not per workload. The driver keeps two ranges in flight per
-worker, streams results back with `ray.wait`, prints a progress line
-(workloads/s, findings so far), and hands the first workload of every new
-signature to a worker to shrink (`FuzzWorker.shrink`). After every result the
-report (`<out>/report.json`) is rewritten atomically: the seed ranges done,
-the coverage counts and the findings; a campaign started again on the same
-`--out` skips the ranges done and does not shrink a known signature again.
-
-`ray.init()` starts a local Ray instance bound to 127.0.0.1 by default;
-`address` joins an existing cluster (whose nodes must have lora-sched and
-vLLM installed).
+Each worker is a named Ray actor that imports vLLM once and runs seed ranges
+(`FuzzWorker.run_range`), two in flight per worker; the first workload of a
+new signature goes to a worker to shrink. `<out>/report.json` (ranges done,
+coverage, findings) is rewritten atomically after every result; a campaign
+started again on the same `--out` skips the ranges done and does not shrink
+a known signature again. Ray: local on 127.0.0.1, or the cluster `address`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """Findings of a campaign: one per signature, each written as a reproducer.
 
-A finding is keyed by its failure signature (`fuzz.runner.Failure.signature`:
-kind, crash type / property / diverging field, policy); later workloads with
-the same signature only count as hits. A shrunk finding is written under
-`<out>/findings/<slug>/`: `case.json` (the minimal case), `trace.jsonl` (vLLM's
-trace of it, up to the crash for a crash), `trace.itf.json` (the same steps as
-an ITF trace, the format of `proofs.cex`), and `test_<slug>.py`, a pytest case
-that runs the minimal case on vLLM and asserts that the failure reproduces.
+A finding is keyed by its failure signature (`fuzz.runner.Failure.signature`);
+later workloads with it count as hits. A shrunk finding is written under
+`<out>/findings/<slug>/`: `case.json`, `trace.jsonl` (vLLM's trace, up to the
+crash for a crash), `trace.itf.json` (the same steps in ITF, as
+`proofs.cex`) and `test_<slug>.py`, a pytest case asserting that the failure
+reproduces on vLLM.
 """
 
 from __future__ import annotations

@@ -1,16 +1,13 @@
 """Run one fuzz case on vLLM's real scheduler (in-process) and name its failures.
 
-A case fails when (a) vLLM itself raises inside the scheduler (the max_loras
-assertion, for example): a `crash`, judged on the trace recorded up to it,
-which the recorder flushes line by line; (b) vLLM makes no progress
-(`stuck`); (c) the recorded trace breaks a property its policy claims
-(`policy.claims`): a `property` failure; (d) the replay through the reference
-diverges (`divergence`, named by the first field that differs) or the
-reference rejects the trace (`reference-error`).
-
-Each failure carries a signature, `kind:name:policy`, which is what the
-campaign deduplicates and the shrinker preserves: the crash's exception type
-and the function that raised it, the property, or the diverging field.
+A case fails when vLLM raises inside the scheduler (`crash`, judged on the
+trace recorded up to it), makes no progress (`stuck`), records a trace that
+breaks a property its policy claims (`property`, `policy.claims`), or the
+replay through the reference diverges (`divergence`, named by the first
+field that differs) or rejects the trace (`reference-error`). Each failure's
+signature, `kind:name:policy` (the name: the crash's exception type and the
+function that raised it, the property, or the diverging field), is what the
+campaign deduplicates and the shrinker preserves.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lora_sched.conformance.inprocess import Stuck, run_workload
-from lora_sched.fuzz.space import THROTTLE, THROTTLE_FIELD, FuzzCase
+from lora_sched.fuzz.space import FuzzCase
 from lora_sched.policy import claims
 from lora_sched.policy.check import check_trace
 from lora_sched.policy.replay import replay
@@ -127,7 +124,7 @@ def _features(case: FuzzCase, trace) -> set[str]:
         f.add("kv-limited")
     if cfg.long_prefill_token_threshold:
         f.add("long-prefill-threshold")
-    if THROTTLE and getattr(cfg, THROTTLE_FIELD) > 1:
+    if cfg.prefill_schedule_interval > 1:
         f.add("throttle")
     if any(r.preempted for r in steps):
         f.add("preemption")

@@ -1,18 +1,11 @@
 """Shrink a failing case to a minimal one that fails the same way.
 
-Delta debugging (Zeller's ddmin) over the requests, then over the aborts,
-then one simplification at a time over the config (async off, chunked prefill
-on, no long-prefill threshold, roomy KV, FCFS, `starvation_steps` 0, the
-throttle off or on a shorter cadence, smaller `max_loras` / `max_num_seqs` /
-budget / KV / block size) and over each request (shorter prompt and output,
-earlier arrival, priority 0, a lower adapter, a later abort moved earlier),
-repeated until nothing more goes; then ids, adapters and arrivals are put in
-a canonical form (`tidy`). A candidate is kept
-only if it is valid (`fuzz.space.valid`) and `still_fails` says it still
-shows the failure (the campaign passes: the same signature). When it ends
-within its budget the result is 1-minimal for the requests: removing any single
-request loses the failure (a local minimum: another, smaller workload may
-still fail the same way).
+Delta debugging (ddmin) over the requests, then the aborts, then one
+simplification at a time over the config and over each request, repeated
+until nothing more goes; `tidy` puts ids, adapters and arrivals in canonical
+form. A candidate is kept only if it is valid (`fuzz.space.valid`) and
+`still_fails`. Ending within its budget, the result is 1-minimal in its
+requests: removing any single request loses the failure.
 """
 
 from __future__ import annotations
@@ -21,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from lora_sched.fuzz.space import THROTTLE, THROTTLE_FIELD, FuzzCase, try_case, valid
+from lora_sched.fuzz.space import FuzzCase, try_case, valid
 from lora_sched.spec.request import Request
 
 T = TypeVar("T")
@@ -75,10 +68,9 @@ def _config_changes(case: FuzzCase) -> list[dict]:
     cfg = case.config
     out: list[dict] = [{"async_scheduling": False}, {"chunked_prefill": True}, {"long_prefill_token_threshold": 0},
                        {"kv_blocks": None}, {"queue": "fcfs"}, {"starvation_steps": 0}]
-    if THROTTLE:
-        k = getattr(cfg, THROTTLE_FIELD)
-        out.append({THROTTLE_FIELD: 1})  # off; else a shorter cadence
-        out.extend({THROTTLE_FIELD: s} for s in sorted({2, k // 2, k - 1}) if 2 <= s < k)
+    k = cfg.prefill_schedule_interval
+    out.append({"prefill_schedule_interval": 1})  # the throttle off; else a shorter cadence
+    out.extend({"prefill_schedule_interval": s} for s in sorted({2, k // 2, k - 1}) if 2 <= s < k)
     for name in ("max_loras", "max_num_seqs", "max_num_batched_tokens", "kv_blocks", "block_size"):
         v = getattr(cfg, name)
         if v is not None:

@@ -1,25 +1,21 @@
 """The fuzz workload space: a case is a config plus a workload, a pure function of its seed.
 
-`generate(seed)` draws from the whole space the model covers: the policy run
-inside vLLM (`vllm`, `fair`, `blocking`), async scheduling on and off, KV
-pools from roomy (no limit) to small enough to preempt, FCFS and priority
-queues, chunked prefill on and off, `long_prefill_token_threshold`, the DP
-prefill throttle, 1-16 adapters with `max_loras` 1-8, base-model traffic,
-single-token prompts, bursts and streams of arrivals, and aborts (after
-arrival, at admission, right after admission while the output is in flight
-under async scheduling, and later). Aborts tied to admission are placed with
-the reference's own run of the workload, which is deterministic, so the case
-stays a pure function of the seed.
-
-`valid(case)` is the one statement of what vLLM accepts (the shrinker uses it
-to discard candidates): every request fits `max_model_len` and the KV pool,
-and without chunked prefill it fits the token budget.
+`generate(seed)` draws from the whole space the model covers: the policy
+(`vllm`, `fair`, `blocking`), async scheduling, KV pools from unlimited to
+small enough to preempt, FCFS and priority queues, chunked prefill,
+`long_prefill_token_threshold`, the DP prefill throttle, 1-16 adapters with
+`max_loras` 1-8, base-model traffic, single-token prompts, bursts and
+streams, and aborts (after arrival, at admission, right after it while the
+output is in flight, later). Aborts tied to admission are placed with the
+reference's own deterministic run, so the case stays a pure function of the
+seed. `valid(case)` states what vLLM accepts: every request fits
+`max_model_len` and the KV pool, and without chunked prefill the budget.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from lora_sched.conformance.inprocess import MAX_MODEL_LEN
@@ -27,17 +23,6 @@ from lora_sched.policy.driver import Workload, run
 from lora_sched.spec.config import Config, ConfigError
 from lora_sched.spec.request import Request, RequestError
 from lora_sched.spec.state import blocks_for
-
-# ---- THROTTLE HOOK ---------------------------------------------------------
-# The DP prefill throttle (`Config.prefill_schedule_interval`, the reference's
-# `Scheduler.step(..., throttle=)`, the in-process harness calling vLLM's
-# `schedule(throttle_prefills=True)` on off-cadence steps) is being added on
-# main. Until `Config` has the field the space cannot express it and every
-# case runs unthrottled; once it lands the generator draws intervals > 1 with
-# no other change here.
-THROTTLE_FIELD = "prefill_schedule_interval"
-THROTTLE = THROTTLE_FIELD in {f.name for f in fields(Config)}
-# -----------------------------------------------------------------------------
 
 POLICY_WEIGHTS = {"vllm": 2, "fair": 1, "blocking": 1}
 
@@ -110,9 +95,7 @@ def _config(rng: random.Random) -> tuple[Config, int]:
     budget = rng.choice([4, 8, 16, 32, 64, 128, 512, 2048])
     chunked = rng.random() < 0.75
     limit = MAX_MODEL_LEN if chunked else budget
-    extra: dict[str, Any] = {}
-    if THROTTLE:
-        extra[THROTTLE_FIELD] = rng.choice([1, 1, 1, 2, 3, 4])
+    extra: dict[str, Any] = {"prefill_schedule_interval": rng.choice([1, 1, 1, 2, 3, 4])}  # the DP throttle
     cfg = Config(
         max_loras=rng.randint(1, 8),
         max_num_seqs=min(budget, rng.choice([1, 2, 3, 4, 8, 16, 64, 256])),

@@ -1,20 +1,15 @@
 """`lora-sched prove --sweep`: the Z3 check catalogue as Ray tasks.
 
-The catalogue is the manifest's small configurations (`proofs/manifest.json`,
-with their expected verdicts) plus sweeps beyond them: `max_loras` 1-3 with
-one adapter more than the cap, token budgets and seat counts, and larger
-universes (requests R, adapters A). Every sweep point gets the default
-catalogue's checks and expectations (`proofs.checks.default_checks`'s safety
-and `no_hol_blocking` checks): `vllm` and `fair` prove the five safety
-properties by k-induction and keep `no_hol_blocking` up to the BMC depth,
-`blocking` violates it. Each check is one Ray task (one CPU); lines are
-printed as checks finish. Exit codes as `lora-sched prove`: 0 when every
-verdict is the expected one, 1 on an unexpected verdict, 2 on unknown /
-timeout / failed induction. Ray: a local instance on 127.0.0.1, or the
-cluster named by `RAY_ADDRESS`.
-
-`lora-sched prove --sweep` reaches `main` through the dispatcher
-(`lora_sched.cli.MODES`), with the arguments `proofs.cli` declares.
+The catalogue is the manifest's configurations (`proofs/manifest.json`, with
+their expected verdicts) plus sweeps of `max_loras`, token budgets, seats and
+universe sizes, each point with `proofs.checks.default_checks`'s checks and
+expectations: `vllm` and `fair` prove the five safety properties by
+k-induction and keep `no_hol_blocking` to the BMC depth, `blocking` violates
+it. One Ray task (one CPU) per check, a line as each finishes.
+Exit codes as `lora-sched prove`: 0 when every verdict is the expected one,
+1 on an unexpected verdict, 2 on unknown / timeout / failed induction. Ray:
+a local instance on 127.0.0.1, or `RAY_ADDRESS`. Reached through
+`lora_sched.cli.MODES` with the arguments `proofs.cli` declares.
 """
 
 from __future__ import annotations

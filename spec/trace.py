@@ -80,14 +80,11 @@ class TraceWriter:
     """Writes one event a line and flushes it (and fsyncs on close).
 
     A path ending in `.gz` is written gzip-compressed. `flush_every` lines
-    are written between flushes (1: every line, so a crash loses nothing; a
-    larger value trades the last lines for speed, gzip compressing better).
-
-    `max_bytes`: rotate by size. `path` is then a directory, filled with
-    segments `trace-000001.jsonl.gz`, `trace-000002.jsonl.gz`, ... (plain
-    `.jsonl` with `compress=False`), each starting with the header line; a
-    new one starts once the current one holds `max_bytes` on disk (checked at
-    each flush). `lora-sched check DIR` reads them as one trace (`segments`).
+    are written between flushes (1: a crash loses nothing; more: faster).
+    `max_bytes`: rotate by size. `path` is then a directory of segments
+    `trace-000001.jsonl.gz`, ... (`.jsonl` with `compress=False`), each
+    starting with the header line, a new one once the current one holds
+    `max_bytes` on disk (checked at each flush); `segments` reads them back.
     """
 
     def __init__(self, path: str | os.PathLike[str], config: Config, source: str, *, flush_every: int = 1,
@@ -223,14 +220,11 @@ def _decode_json(raw: str) -> Any:
 
 
 _INT = {int}
-# The fast decoders (msgspec, the `fast` extra, which vLLM installs: 2-3x
-# json's speed) either return what `json.loads` would or raise (msgspec is
-# stricter: NaN, lone surrogates, raw control characters, a key twice for the
-# tag), and the reader then asks `json.loads`, so a line's object and a bad
-# line's error are json's. `_typed` decodes the step and arrival lines into
-# typed records whose types and bounds msgspec has checked (the reader checks
-# the rest: order and references); every other line, or one it refuses, is
-# read by `_decode` (a dict, checked field by field).
+# The fast decoders (msgspec, the `fast` extra) return what `json.loads` would
+# or raise, and the reader then asks `json.loads`, so a line's object and a bad
+# line's error are json's. `_typed` decodes step and arrival lines into records
+# whose types and bounds msgspec has checked (the reader checks order and
+# references); any other line, or one it refuses, is read by `_decode`.
 _typed: Any = None
 try:
     import msgspec as _msgspec

@@ -27,6 +27,7 @@ import traceback
 from dataclasses import replace
 
 import pytest
+from inprocess_cases import random_case, run_sync
 from lora_sched.policy import claims
 from lora_sched.policy.check import check_trace
 from lora_sched.policy.driver import Workload
@@ -103,8 +104,6 @@ def _vllm_accepts(cfg) -> bool:
 
 @pytest.mark.parametrize("policy", FIELD)
 def test_field_gate_random_workloads(tmp_path, policy):
-    from lora_sched.conformance.inprocess import random_case
-
     seen = {"preempted": 0, "aborted": 0, "async": 0, "throttle": 0, "priority": 0}
     for seed in range(N_RANDOM):
         cfg, wl = random_case(random.Random(40_000 + seed))
@@ -206,7 +205,7 @@ def test_starvation_inside_vllm(tmp_path, policy):
 
 
 def _first_divergence(cls, policy: str, tmp_path, seeds: range) -> int | None:
-    from lora_sched.conformance.inprocess import random_case, run_workload
+    from lora_sched.conformance.inprocess import run_workload
     from lora_sched.policy.replay import replay
     from lora_sched.spec.trace import read_trace
 
@@ -261,7 +260,7 @@ def test_gate_classes_forget_every_request_they_served():
     """A long-running server must not keep per-request state: once every request
     has finished or been aborted, neither the mirror nor the gate (vtc's
     counters) holds an entry for any."""
-    from lora_sched.conformance.inprocess import _vllm_request, make_scheduler, run_sync
+    from lora_sched.conformance.inprocess import _vllm_request, make_scheduler
     from vllm.v1.request import RequestStatus
 
     sc = SCENARIOS["starvation"]

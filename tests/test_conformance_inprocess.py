@@ -14,6 +14,7 @@ import random
 from dataclasses import replace
 
 import pytest
+from inprocess_cases import random_case
 from lora_sched.policy import claims
 from lora_sched.policy.check import check_trace
 from lora_sched.policy.scenarios import SCENARIOS
@@ -33,12 +34,6 @@ def installed_release() -> str:
     from lora_sched.recorder import installed_release
 
     return installed_release()
-
-
-def random_case(rnd: random.Random):
-    from lora_sched.conformance.inprocess import random_case
-
-    return random_case(rnd)
 
 
 def _check(cfg, wl, tmp_path, policy):

@@ -17,6 +17,7 @@ import inspect
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from inprocess_cases import run_sync
 
 pytestmark = pytest.mark.vllm  # drives vLLM's own scheduler
 
@@ -126,7 +127,7 @@ def test_bad_settings_are_named(deploy, extra, needle):
 def test_fair_forgets_every_request_it_served():
     """A long-running server must not keep per-request state: once every
     request has finished (or been aborted), fair holds no entry for any."""
-    from lora_sched.conformance.inprocess import _vllm_request, make_scheduler, run_sync
+    from lora_sched.conformance.inprocess import _vllm_request, make_scheduler
     from lora_sched.policy.scenarios import SCENARIOS
     from lora_sched.spec.config import Config
     from vllm.v1.request import RequestStatus

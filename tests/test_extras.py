@@ -1,8 +1,8 @@
 """Every command works after a plain install, or names the extra it needs.
 
 `pip install lora-sched` (no extras) brings matplotlib (a runtime dependency:
-`bench`'s plots and `view --out F.png`); vLLM (`conform`, `bench --live`,
-`bench --speed`) and Ray (`fuzz`, `prove --sweep`) are extras. A command run
+`bench`'s plots and `view --out F.png`); vLLM (`conform`, `bench --live`)
+and Ray (`fuzz`, `prove --sweep`) are extras. A command run
 without its extra stops with one line naming it, not a traceback. The
 missing extra is simulated in a subprocess by an import hook that refuses
 its modules, as an interpreter without them would.
@@ -45,7 +45,7 @@ def run_without(blocked: str, *argv: str, cwd: Path) -> subprocess.CompletedProc
 @pytest.mark.parametrize(("blocked", "argv", "extra"), [
     ("vllm,torch", ["conform", "--in-process", "--scenario", "starvation", "--policy", "vllm"], "vllm"),
     ("ray", ["fuzz", "--minutes", "0.01"], "fuzz"),
-    ("vllm,torch", ["bench", "--speed", "--no-plots"], "vllm"),
+    ("vllm,torch", ["bench", "--live", "--no-plots"], "vllm"),
 ])
 def test_a_command_without_its_extra_names_it_in_one_line(tmp_path, blocked, argv, extra):
     out = run_without(blocked, *argv, "--out", str(tmp_path / "out"), cwd=tmp_path)
@@ -82,7 +82,7 @@ def test_every_offered_bench_module_runs_as_a_module():
                for p in (ROOT / d).rglob("*.py")]
     for path in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *shipped]:
         offered |= set(re.findall(r"python -m lora_sched\.bench\.([a-z_]+)", path.read_text(errors="replace")))
-    assert {"refspeed", "checkspeed"} <= offered  # their own docstrings offer them
+    assert {"overhead", "checkspeed"} <= offered  # their own docstrings offer them
     for name in offered:
         path = ROOT / "bench" / f"{name}.py"
         assert path.exists(), f"python -m lora_sched.bench.{name} is offered but bench/{name}.py does not exist"

@@ -1,9 +1,8 @@
 """The timeline as one self-contained HTML file, drawn from a `view.layout.Layout`.
 
-The layout travels as JSON inside the page and `timeline.js` (inlined) draws
-it on a canvas: no network fetch, no external script or font. A first inline
-script collects script errors into the DOM (`<html data-errors>` and
-`#view-errors`), so a headless browser can tell that the page ran cleanly.
+The layout travels as JSON inside the page and the inlined `timeline.js` draws
+it on a canvas (no fetch, no external script or font). A first inline script
+collects script errors into `<html data-errors>` and `#view-errors`.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """ITF counterexamples (`proofs.cex.Cex.to_itf`) read back as `lora-sched-trace` traces.
 
-The ITF file holds the state *after* each step of the SMT encoding (index 0 is
-the empty initial state) plus, in `#meta`, the configuration, the requests
-and the aborts. A step line needs the queues *before* the step, so step k is
-rebuilt from state k-1 (waiting and running), the arrivals and aborts of step
-k, and state k (scheduled, admitted, newly finished). The encoding has no
-preemption, keeps `waiting` in slot (arrival) order and `running` in
-admission order (`proofs.encoding`), which fixes both orders.
-
-The trace is written with `spec.trace.TraceWriter` and read back with
-`spec.trace.read_trace`, so an ITF file that does not describe a consistent
-run is rejected by the same checks as any trace, with the ITF state named.
+The ITF file holds the state *after* each step (index 0 the empty initial
+state) and, in `#meta`, the configuration, requests and aborts. Step k is
+rebuilt from state k-1 (waiting, running), the arrivals and aborts of step
+k, and state k (scheduled, admitted, finished); the encoding has no
+preemption and keeps `waiting` in arrival and `running` in admission order
+(`proofs.encoding`). The trace goes through `spec.trace.TraceWriter` and
+`read_trace`, so an inconsistent ITF file is rejected as any trace is.
 """
 
 from __future__ import annotations

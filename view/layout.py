@@ -6,19 +6,16 @@ one kind merged:
 
 - `waiting`: in `waiting`, not admitted this step;
 - `held`: waiting and held by `fair`'s guard for r* (victim adapter);
-- `prefill`: scheduled, computing prompt (or recomputing after preemption)
-  tokens: a chunk;
+- `prefill`: scheduled, computing (or recomputing) prompt tokens: a chunk;
 - `decode`: scheduled for one token with its prompt already computed;
-- `idle`: in `running` but not scheduled (async skip, throttle, the skip of
-  DESIGN §2);
+- `idle`: in `running` but not scheduled (async skip, throttle, the skip of DESIGN §2);
 - `preempted`: preempted in this step (it waits again from the next one).
 
 Marks are points: `preempted`, `finished`, `aborted`, and `violation`. Per
-step: the adapters in the batch and among running requests, the tokens,
-throttling, and for `fair` r* and the victims. Everything comes from
-`policy.check.observe_trace`, `spec.observe.Observer` and
-`policy.check.FairHolds`, the code `lora-sched check` runs, so the violations
-drawn are exactly those `check` reports.
+step: the adapters in the batch and running, the tokens, throttling, and for
+`fair` r* and the victims. Everything comes from the code `lora-sched check`
+runs (`policy.check.observe_trace`, `spec.observe.Observer`,
+`policy.check.FairHolds`), so the violations drawn are those `check` reports.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The timeline as a PNG (matplotlib, Agg), drawn from a `view.layout.Layout`.
 
-Two axes sharing x (steps): above, the adapter slots in use per step (one
-block per adapter in the batch, hollow for adapters running but not
-scheduled), `max_loras` as a dashed line, throttled steps shaded, and for
-`fair` the victim adapter held for r* in a strip below; under it, one row per
-request. Segments are drawn as one `PolyCollection` per axis so 500 requests
-over hundreds of steps render in about a second.
+Two axes sharing x (steps): above, the adapter slots in use per step (hollow
+for adapters running but not scheduled), `max_loras` dashed, throttled steps
+shaded, fair's held victim adapter in a strip; below, one row per request.
+Segments are one `PolyCollection` per axis.
 """
 
 from __future__ import annotations

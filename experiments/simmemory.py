@@ -1,14 +1,13 @@
 """The simulator's time and peak memory on seed-shaped bursts (5k, 10k and 50k requests over 500 adapters).
 
-    python -m lora_sched.bench.simmemory [--sizes 1000 5000] [--policies vllm fair] [--records]
-    python -m lora_sched.bench.simmemory --issue   # 5k, 10k and 50k (tens of minutes)
+    python -m experiments.simmemory [--sizes 1000 5000] [--policies vllm fair] [--records]
+    python -m experiments.simmemory --large   # 5k, 10k and 50k (tens of minutes)
 
 Each run is `policy.driver.run(keep_records=False)` in a fresh child process
 (the seed's flags, every request at step 1, 500 adapters round robin); the
 child prints its steps, wall and CPU time and peak RSS; `--records` keeps
 every step record. Beside each policy's row, its speed against `vllm`'s on
-the same burst (`speed_ratios`). Figures are printed, never asserted; what
-the time per step follows is in docs/operator-scale.md.
+the same burst (`speed_ratios`). Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -60,13 +59,13 @@ def speed_ratios(rows: dict[tuple[str, int], dict[str, float]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lora_sched.bench.simmemory", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.simmemory", description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000, 5_000])
-    p.add_argument("--issue", action="store_true", help="issue 22's sizes: 5k, 10k and 50k requests (long)")
+    p.add_argument("--large", action="store_true", help="5k, 10k and 50k requests (long)")
     p.add_argument("--policies", nargs="+", default=["vllm", "fair"])
-    p.add_argument("--records", action="store_true", help="keep every step record (the old default)")
+    p.add_argument("--records", action="store_true", help="keep every step record")
     args = p.parse_args(argv)
-    if args.issue:
+    if args.large:
         args.sizes = [5_000, 10_000, 50_000]
     print(f"seed-shaped burst over 500 adapters, records {'kept' if args.records else 'not kept'}; one child each",
           flush=True)

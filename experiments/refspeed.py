@@ -1,14 +1,12 @@
 """Reference speed: our `vllm` policy vs vLLM's own scheduler, same workload, same schedule.
 
-    python -m lora_sched.bench.refspeed [--prompts N] [--repeat R]
+    python -m experiments.refspeed [--prompts N] [--repeat R]
 
-The reference is the oracle conformance replays vLLM's traces through, so its
-cost relative to vLLM's `Scheduler.schedule()` + `update_from_output()`
-(built by `conformance.inprocess.make_scheduler`, plain `Scheduler`, faked
-runner output) says whether it is usable at vLLM's scale. Both must run the
-same schedule: vLLM's KV pool holds every request's whole sequence
-(`pool_blocks`: nothing is preempted), and `compare` raises
-`ScheduleMismatch` when the two take a different number of steps.
+vLLM's side is `Scheduler.schedule()` + `update_from_output()` (built by
+`conformance.inprocess.make_scheduler`, faked runner output). vLLM's KV pool
+holds every request's whole sequence (`pool_blocks`: nothing is preempted),
+and `compare` raises `ScheduleMismatch` when the two take a different number
+of steps.
 """
 
 from __future__ import annotations
@@ -102,7 +100,7 @@ def describe(ref: Speed, vl: Speed) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lora_sched.bench.refspeed", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.refspeed", description=__doc__.splitlines()[0])
     p.add_argument("--prompts", type=int, default=SEED_PROMPTS, help="requests of the seed-shaped workload")
     p.add_argument("--repeat", type=int, default=3, help="best of this many runs on each side")
     args = p.parse_args(argv)

@@ -90,6 +90,7 @@ def settings_from(vllm_config: Any) -> dict[str, int]:
 # ---- the policies ------------------------------------------------------------------
 
 _SKIP = Decision.SKIP.value  # what the hooked `if` reads as vLLM's own skip
+_HOLD = "fair_guard"  # `FairGate.decide`'s reason when it holds a request for r*
 
 
 
@@ -302,10 +303,13 @@ class GateMixin(HookedMixin):
     def _queued(self, request: Request, since: int) -> None:
         """`request` is in vLLM's waiting queues since step `since`: index it,
         unless it is a session waiting for its client."""
-        rs = self.mirror.reqs[self._key[request]]
+        key = self._key[request]
+        rs = self.mirror.reqs[key]
         rs.status, rs.waiting_since = "waiting", since
-        if request.status == RequestStatus.WAITING_FOR_STREAMING_REQ:
+        if request.status == RequestStatus.WAITING_FOR_STREAMING_REQ:  # out of the index, if it was in
             self._paused.add(request)
+            self.gate.dequeued(self.mirror, key)  # (preempted before its turn ended)
+            self._by_adapter.get(adapter_of(request), set()).discard(request)
             return
         if request.status not in PLAIN:
             self._blocked.add(request)
@@ -557,7 +561,12 @@ class GateMixin(HookedMixin):
             raise RuntimeError("the LoRA check ran outside the waiting scan the gate was told of")
         if self._resumed and request in self._resumed:  # (indexed gates only: `_preempt_request`)
             self._sync_one(request)  # a request that never ran has nothing to sync
-        decision, _why = self.gate.decide(self._ctx, self._key[request])
+        decision, why = self.gate.decide(self._ctx, self._key[request])
+        if why == _HOLD and self._holds_kv_blocks(request):  # type: ignore[attr-defined]
+            # Held, it would keep the KV blocks r* may need (a streaming
+            # session between turns, a KV load): the gate's cap alone decides.
+            a, closed = adapter_of(request), self._closed
+            decision = Decision.SKIP if a > 0 and closed is not None and a not in closed else Decision.ADMIT
         if decision is Decision.ADMIT:
             self._candidate = request
         elif self._passes_over:

@@ -54,13 +54,13 @@ class Case:
 
 
 def _fair(async_class: bool, *, max_loras: int = 1, kv_blocks: int | None = None, starvation_steps: int = 2,
-          chunked: bool = True, cls: type | None = None):
+          chunked: bool = True, cls: type | None = None, max_num_seqs: int = 4, budget: int = 64):
     from lora_sched.conformance.inprocess import make_scheduler
     from lora_sched.spec.config import Config
 
     from lora_sched.scheduler import AsyncFairScheduler, FairScheduler
 
-    cfg = Config(max_loras=max_loras, max_num_seqs=4, max_num_batched_tokens=64, chunked_prefill=chunked,
+    cfg = Config(max_loras=max_loras, max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, chunked_prefill=chunked,
                  kv_blocks=kv_blocks, block_size=16, policy="fair", starvation_steps=starvation_steps)
     return make_scheduler(cfg, "fair", plenty_blocks=256,
                           scheduler_class=cls or (AsyncFairScheduler if async_class else FairScheduler))
@@ -77,16 +77,19 @@ def _request(rid: str, adapter: int, prompt: int, max_tokens: int, *, resumable:
                    lora_request=lora, resumable=resumable)
 
 
-def _output(sched, out):
+def _sampled(sched, out) -> set[str]:
+    """The requests of a batch that sample a token: those not mid-prefill, decided
+    when the batch is scheduled (as the model runner does), not when applied."""
+    return {rid for rid in out.num_scheduled_tokens if not sched.requests[rid].is_prefill_chunk}
+
+
+def _output(out, sampled: set[str]):
     from vllm.v1.outputs import ModelRunnerOutput
 
     ids = list(out.num_scheduled_tokens)
-    sampled = []
-    for rid in ids:
-        r = sched.requests.get(rid)
-        sampled.append([] if r is not None and r.is_prefill_chunk else [TOKEN])
     return ModelRunnerOutput(req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
-                             sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={}, pooler_output=[])
+                             sampled_token_ids=[[TOKEN] if rid in sampled else [] for rid in ids], logprobs=None,
+                             prompt_logprobs_dict={}, pooler_output=[])
 
 
 def add(case: Case, request) -> None:
@@ -117,16 +120,16 @@ def step(case: Case) -> None:
         assert not older, (f"FIFO within adapter {_adapter(r)}: {r.request_id} first admitted while the older "
                            f"{[o.request_id for o in older]} wait")
     case.admitted.update(first)
-    case.pending.append(out)
+    case.pending.append((out, _sampled(sched, out)))
     while len(case.pending) > (1 if case.late else 0):
-        done = case.pending.pop(0)
-        sched.update_from_output(done, _output(sched, done))
+        done, sampled = case.pending.pop(0)
+        sched.update_from_output(done, _output(done, sampled))
 
 
 def flush(case: Case) -> None:
     while case.pending:
-        done = case.pending.pop(0)
-        case.sched.update_from_output(done, _output(case.sched, done))
+        done, sampled = case.pending.pop(0)
+        case.sched.update_from_output(done, _output(done, sampled))
 
 
 def _adapter(request) -> int:
@@ -242,6 +245,64 @@ def test_a_closed_streaming_session_leaves_nothing_indexed(async_class, lora, wh
     assert case.sched.faults == 0
 
 
+def test_a_session_preempted_with_output_in_flight_leaves_the_index_when_its_turn_ends():
+    """KV pressure preempts a session while its decode output is in flight, and
+    that output ends its turn: vLLM re-queues it waiting for its client, so it
+    leaves the index (else it would be r* forever, or a ghost once closed)."""
+    case = Case(_fair(True, max_loras=2, kv_blocks=4, starvation_steps=8), late=True, max_loras=2)
+    add(case, _request("s1", 2, 8, 3, resumable=True))
+    add(case, _request("r1", 1, 27, 8))
+    for _ in range(3):
+        step(case)
+    add(case, _request("s2", 0, 11, 3, resumable=True))
+    for _ in range(4):
+        step(case)
+        assert index_drift(case.sched) is None, index_drift(case.sched)
+    add(case, _request("s2", 0, 1, 1, resumable=False))
+    add(case, _request("r3", 1, 8, 4))
+    for _ in range(10):
+        step(case)
+        assert index_drift(case.sched) is None, index_drift(case.sched)
+    drain(case)
+    assert case.sched.faults == 0
+
+
+def test_a_held_session_holding_kv_blocks_does_not_deadlock():
+    """A session between turns holds KV blocks in `kv_holding_waiting`; held for
+    r* it would keep the blocks r* needs, and nothing would ever run again
+    (4 blocks, max_loras 1, S = 0, outputs a step late). The cap alone
+    decides for such a request: every request finishes, as on stock vLLM."""
+    case = Case(_fair(True, max_loras=1, kv_blocks=4, starvation_steps=0, max_num_seqs=2, budget=32),
+                late=True, max_loras=1)
+
+    def chunk(prompt, out):
+        rid = sorted(r for r, q in case.sched.requests.items() if q.resumable and not q.is_finished())[0]
+        add(case, _request(rid, _adapter(case.sched.requests[rid]), prompt, out, resumable=True))
+
+    def steps(n):
+        for _ in range(n):
+            step(case)
+            assert index_drift(case.sched) is None, index_drift(case.sched)
+
+    steps(3)
+    add(case, _request("s1", 2, 15, 3, resumable=True))
+    chunk(5, 2)
+    steps(5)
+    chunk(9, 2)
+    for i, (adapter, prompt, out) in enumerate([(3, 36, 7), (2, 33, 23)]):
+        add(case, _request(f"a{i}", adapter, prompt, out))
+    chunk(11, 2)
+    steps(1)
+    for i, (adapter, prompt, out) in enumerate([(0, 17, 9), (0, 23, 21), (0, 12, 17)]):
+        add(case, _request(f"b{i}", adapter, prompt, out))
+    add(case, _request("s2", 3, 18, 2, resumable=True))
+    add(case, _request("c0", 1, 16, 22))
+    steps(3)
+    add(case, _request("s3", 2, 10, 1, resumable=True))
+    drain(case, limit=1000)
+    assert case.sched.faults == 0
+
+
 def test_a_continued_session_is_indexed_from_its_next_chunk():
     """A session whose turn ended waits for its client outside the index; its
     next chunk puts it back, waiting since that step."""
@@ -278,7 +339,7 @@ class Lifecycle(RuleBasedStateMachine):
         self.sessions = 0
 
     @precondition(lambda self: self.case is None)
-    @rule(max_loras=st.integers(1, 2), kv=st.sampled_from([None, 12, 24]), late=st.booleans(),
+    @rule(max_loras=st.integers(1, 2), kv=st.sampled_from([None, 4, 12, 24]), late=st.booleans(),
           chunked=st.booleans(), s=st.sampled_from([0, 2, 8]))
     def setup(self, max_loras, kv, late, chunked, s):
         sched = _fair(self.async_class, max_loras=max_loras, kv_blocks=kv, starvation_steps=s, chunked=chunked,

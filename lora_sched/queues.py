@@ -140,48 +140,27 @@ class PassOverQueue(RequestQueue):
     gate with `cap_closed` (`fair`), passing over the requests the full cap
     (or fair's hold) skips.
 
-    Once the cap is full, vLLM's scan visits every waiting request of another
-    adapter only to skip it (its loop's checks, the hooked LoRA check,
-    `skip_request`): under a backlog over many adapters that is most of
-    `schedule()`'s time. This queue passes such a request over before vLLM's
-    loop reaches it (in `__bool__`, which the loop asks right before each
-    `peek_request`) when vLLM's own visit would skip it and do nothing else:
-    the driver's `_lora_gate` shortcut skips it (an adapter (> 0) outside
-    `cap_closed` or in `held_for_scan`, not put first, no admission
-    pending), its status is plain WAITING or PREEMPTED
-    (`_handle_blocked_waiting_request` changes nothing), it holds no KV
-    blocks (the skip would queue it in `waiting`, not
-    `kv_holding_waiting`), and it is already in vLLM's `deferred_waiting`
-    (the skip's `deferred_waiting.add` is a no-op).
+    A request is passed over (in `__bool__`, which vLLM's loop asks right
+    before each `peek_request`) only when vLLM's own visit would skip it and
+    do nothing else: the driver's `_lora_gate` shortcut skips it (an adapter
+    (> 0) outside `cap_closed` or in `held_for_scan`, not put first, no
+    admission pending), its status is plain WAITING or PREEMPTED, it holds no
+    KV blocks, and it is already in vLLM's `deferred_waiting`.
 
-    In the FCFS deque nothing moves while the scan runs: the scan reads the
-    deque from a place (`at`), which a run passed over moves on by its
-    length and each `pop_request` by one (noting the place, `popped`).
-    vLLM's own skips leave a FCFS deque in the order it had, less the
-    requests that left it; so when vLLM puts its skipped requests back
-    (`prepend_requests`), or after the scan (`restore`), the popped requests
-    it did not put back (admitted, or queued in `kv_holding_waiting`) are
-    deleted from their places (`_settle`: one `del` each, at C speed),
-    however long the runs passed over. In the heap the passed-over requests
-    are popped and pushed back by their key (where vLLM's own put-back
-    pushes too). Either way the queue ends as vLLM's own skips leave it:
-    every request still waiting, in the order it had.
+    In the FCFS deque nothing moves while the scan runs: the scan reads from
+    a place (`at`) that a run passed over moves on by its length and each
+    `pop_request` by one; when the scan ends (`prepend_requests`, `restore`)
+    the popped requests vLLM did not put back leave their places (`_settle`).
+    In the heap the passed-over requests are popped and pushed back by their
+    key. Either way the queue ends as vLLM's own skips leave it.
 
-    A long backlog would still cost a visit per request here. So the queue
-    also keeps a tally (`count`): per adapter, the requests not yet visited
-    (from the gate's index), and how many are not yet deferred. When it
-    shows that everything but the requests that arrived since the last scan
-    (the driver's `tail`, still at the deque's back) would only be skipped,
-    the scan's place moves to the tail (`_tail_first`, O(1)), vLLM visits
-    it, and the scan ends (`__bool__` answers False once) before the
-    prefix, which stays where it was, ahead of the tail. When requests of
-    adapters the scan may still admit stand in the way, the run up to the
-    next of them is read off their places (`_jump`), found at C speed from
-    the driver's waiting requests per adapter: when they are few, where the
-    last scan found them (`_places`), checked request by request; else by
-    one pass over the deque, after a stretch of the run is walked (a short
-    run costs less to walk than the pass). `passed` and `tails_first` (on
-    the owner) count over the scheduler's life."""
+    A tally (`count`: per adapter, the requests not yet visited, and how many
+    are not deferred) lets the scan skip whole runs: when everything but the
+    requests that arrived since the last scan (`tail`) would only be skipped,
+    the scan visits the tail and ends (`_tail_first`); otherwise the run up to
+    the next request the scan may admit is read off its place (`_jump`,
+    `_places`). `passed` and `tails_first` (on the owner) count over the
+    scheduler's life."""
 
     def __init__(self, inner: Any, owner: Any) -> None:
         self.inner = inner

@@ -2,36 +2,24 @@
 
 `RecordingScheduler` subclasses vLLM's `Scheduler` (and
 `AsyncRecordingScheduler` its `AsyncScheduler`) and changes no decision: it
-only observes `add_request`, `finish_requests`, `schedule` and
-`update_from_output` and writes the `lora-sched-trace` format (DESIGN §5)
-through `spec.trace.TraceWriter`, which flushes every line so that a crashed
-server leaves a readable partial trace. It lives in the deploy package
-beside `lora_sched.scheduler`, whose every class records through
-`RecorderMixin`; the harnesses of `conformance` and `bench` import it from
-here.
+observes `add_request`, `finish_requests`, `schedule` and
+`update_from_output` (the scheduler's whole interface with the engine core)
+and writes the `lora-sched-trace` format (DESIGN §5) through
+`spec.trace.TraceWriter`, which flushes every line so that a crashed server
+leaves a readable partial trace. Every class of `lora_sched.scheduler`
+records through `RecorderMixin`.
 
-Why hooks at these four methods: they are the scheduler's whole interface
-with the engine core, both in-process (`conformance.inprocess`) and in the
-server's engine process (`--scheduler-cls lora_sched.recorder.RecordingScheduler`).
+Step numbers count `schedule()` calls; an arrival or abort is stamped with
+the next one. A step's line is written when its output is applied (only then
+is `finished` known), after the next step was scheduled under async
+scheduling. The header's `source` is the installed vLLM, which selects the
+release the checker and the replay follow (`spec.releases`).
 
-Step numbers count `schedule()` calls. An arrival or abort is stamped with the
-number of the next `schedule()`. A step's line is written when its output is
-applied (`update_from_output`), because only then is `finished` known; under
-async scheduling that happens after the next step has been scheduled, the
-convention `spec.trace.read_trace` and `policy.driver` follow.
-
-The header's `source` is the installed vLLM (`vllm 0.33.0`), which selects
-the release the checker and the replay follow (`spec.releases`); a vLLM the
-registry does not list is refused when recording starts.
-
-The trace path comes from `LORA_SCHED_TRACE` (set by the harness); without
-it the scheduler runs unrecorded, so the class is harmless in a plain server.
-At production rate: a path ending in `.gz` is written gzip-compressed;
-`LORA_SCHED_TRACE_ROTATE_MB=M` makes the path a directory of gzip segments of
-about M MB each (`spec.trace.TraceWriter(max_bytes=...)`, checked as one
-trace by `lora-sched check DIR`); `LORA_SCHED_TRACE_FLUSH=N` flushes every N
-lines instead of every line (a crash then loses at most the last N).
-`python -m lora_sched.bench.recorder_overhead` prints its cost per step.
+`LORA_SCHED_TRACE=PATH` turns recording on (without it the classes run
+unrecorded); `.gz` compresses, `LORA_SCHED_TRACE_ROTATE_MB=M` writes a
+directory of gzip segments, `LORA_SCHED_TRACE_FLUSH=N` flushes every N lines
+(docs/operator-scale.md). What cannot be written stops recording with one
+log line; the engine serves on.
 """
 
 from __future__ import annotations

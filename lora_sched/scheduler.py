@@ -21,18 +21,12 @@ passed over); this module holds the settings, the mixins that feed a gate
 vLLM's state (`GateMixin`: the index, its lifecycle, the fail-safe path) and
 the classes.
 
-Every class records a `lora-sched-trace` of every step when the engine
-process has `LORA_SCHED_TRACE=PATH` in its environment
-(`lora_sched.recorder`), and is otherwise inert, so live conformance and
-the live benchmark run exactly the classes users deploy.
-
-`starvation_steps` (S of `policy.fair`, in prefill cadences: S steps, or
-S x `--prefill-schedule-interval` steps under a prefill throttle; the
-drainer's wait threshold and the time slice's length, in steps; default 16)
-comes from vLLM's
+Every class records a trace when the engine has `LORA_SCHED_TRACE=PATH` in
+its environment (`lora_sched.recorder`), and is otherwise inert.
+`starvation_steps` (S, in prefill cadences; the drainer's wait threshold and
+the time slice's length, in steps; default 16) comes from
 `--additional-config '{"lora_sched": {"starvation_steps": N}}'`; any other
-key, or a value that is not an integer >= 0, stops the engine with an error
-naming it.
+key, or a value that is not an integer >= 0, stops the engine naming it.
 """
 
 from __future__ import annotations

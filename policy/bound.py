@@ -27,13 +27,8 @@ floor(M D / N) + F(M) + k - 1 applies too, and where the cap never blocks
 Q - 1) and H = ceil(P / t) + L - 1 (t = T, or c where below it);
 `fair_bound` is the smallest that applies.
 
-The lemmas, each a monitor in `tests/test_state_machines.py`: `stay`
-(D0 + o - 1 steps in `running` for a request admitted with o outputs left),
-`star_first`, `victim_drains` (G1 = D + S + 1, G1* = D + D0 + S + 2),
-`star_fits` (E), `star_admitted_within_G` (G), `star_alone`,
-`guards_apart`, `guards_ahead`, `quiet_guard` (D + 2), `star_chosen` (p);
-for B_queue `queue_order`, `full_or_starved`, `deferrals`; for B_heads
-`arrival_order`, `head_steps`. docs/fair-bound.md derives each.
+The lemmas (G1 = D + S + 1, G1* = D + D0 + S + 2), each a monitor in
+`tests/test_state_machines.py`, and their derivations: docs/fair-bound.md.
 """
 
 from __future__ import annotations
@@ -77,16 +72,9 @@ def left_out_steps(config: Config, queue: int | None = None) -> int:
 def starved_steps(config: Config, requests: int, *, max_prompt: int, max_output: int,
                   queue: int | None = None) -> int:
     """F of the module docstring with `requests` requests in place of N: the
-    most budget-starved steps that many requests, needing at most W =
-    `max_prompt` + `max_output` - 1 tokens each, can cause while nobody
-    joins them. Each such step spends
-    the whole budget T of the at most `requests` * W tokens they need:
-    floor(`requests` W / T). Where KV is unlimited nothing is preempted, so
-    each prefills at most P tokens, and such a step holds at most N - 1
-    decodes of one token, so spends at least T - N + 1 prefill tokens: at
-    most floor(`requests` P / (T - N + 1)) such steps, when T >= N, if that
-    is fewer. D0 takes N of them; `star_fits` the N - 1 beside r*; B_queue
-    the M ahead of r."""
+    most budget-starved steps they can cause while nobody joins them,
+    floor(`requests` W / T), or floor(`requests` P / (T - N + 1)) where KV is
+    unlimited, T >= N and that is fewer (docs/fair-bound.md derives both)."""
     t = config.max_num_batched_tokens
     steps = requests * (max_prompt + max_output - 1) // t
     spare = t - seats(config, queue) + 1  # prefill tokens a budget-starved step spends at least
@@ -130,13 +118,9 @@ def star_fits_steps(config: Config, drain: int, queue: int | None = None, *, max
                     max_output: int) -> int:
     """E of the module docstring (`star_fits`; `drain` is D): from a step that
     starts with r* waiting, a seat free and a LoRA slot free, r* is admitted
-    within E steps, that step included: 1 where capacity admits it at once
-    (`capacity_admits_star`); k (F(N - 1) + 1) where KV is
-    unlimited, prefill is chunked and scheduling synchronous or not
-    throttled (k = 1) (each step that
-    does not admit it is budget-starved by the at most N - 1 running
-    requests' at most (N - 1) W tokens, or deferred by the throttle, at most
-    k - 1 in a row); else D + 1 (`running` only shrinks and empties)."""
+    within E steps, that step included: 1 where `capacity_admits_star`;
+    k (F(N - 1) + 1) where KV is unlimited, prefill is chunked and scheduling
+    synchronous or not throttled (k = 1); else D + 1 (docs/fair-bound.md)."""
     if capacity_admits_star(config, max_prompt=max_prompt, queue=queue):
         return 1
     if config.kv_blocks is None and config.chunked_prefill and (

@@ -1,23 +1,13 @@
 """The shared scheduler core: vLLM's V1 `Scheduler`, one step at a time.
 
-`Scheduler.step` is one `schedule()` plus the model output it produces,
-written to follow `vllm/v1/core/sched/scheduler.py` (`schedule`,
-`_preempt_request`, `_update_after_schedule`, `update_from_output`) and
-`async_scheduler.py` branch by branch, for the features the model keeps:
-token budget, chunked prefill, `long_prefill_token_threshold` (off when a
-single request exists), `max_num_seqs`, KV blocks with whole-sequence
-admission (`scheduler_reserve_full_isl`, on by default) and preemption, FCFS
-and priority queues, async scheduling, and data-parallel prefill throttling
-(`schedule(throttle_prefills=True)`, a per-step input). Not modelled: prefix caching (the
-conformance harness runs vLLM with it off), speculative decoding, encoders,
-KV connectors, pipeline parallelism (abstracted as the optional
-`skip_running` set: running requests the environment declines to schedule).
-
-The LoRA admission decision is delegated to a `Gate` (see `policy.gate`).
-Where the supported vLLM releases schedule differently, `config.vllm`
-selects the release (`spec.releases`, which lists each difference): the set
-the LoRA cap counts, where the prefill cadence is applied, the priority
-self-preemption rule and the `num_new_tokens == 0` rule.
+`Scheduler.step` is one `schedule()` plus its model output, following
+`vllm/v1/core/sched/scheduler.py` (`schedule`, `_preempt_request`,
+`_update_after_schedule`, `update_from_output`) and `async_scheduler.py`
+branch by branch for the features the model keeps; running requests the
+environment declines to schedule are the optional `skip_running` set. The LoRA
+admission decision is delegated to a `Gate` (`policy.gate`); `config.vllm`
+selects the release (`spec.releases`). What is kept and what is not modelled:
+docs/conformance.md, "The reference core".
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """A step-time cost model: seconds per scheduler step from what the step holds.
 
-The reference policies count steps; the seed's table (vLLM PR #15422) is in
-seconds. One linear model turns each step's batch into wall time,
-
     t(step) = t0 + k_tok * tokens + k_seq * seqs + k_lora * adapters
 
-where `tokens` is the number of tokens scheduled in the step (prefill chunks
-plus one per decode), `seqs` the number of requests scheduled, and `adapters`
-the distinct LoRA adapters (> 0) among them. `DEFAULT` is the least-squares
-fit to the seed's "This PR" row (Llama-2-7b); `k_lora` is assumed, since that
-row cannot identify it. The fit, what pins each parameter and the
-out-of-sample check against the "main V1" row are in docs/bench.md and
-experiments/README.md (`calibrate`).
-
-The model sits in `policy`, beside the driver whose steps it prices, so that
-both the benchmark (`bench`) and the trace checker (`policy.check`, which
-states fair's bound in seconds) can import it.
+`DEFAULT` is the least-squares fit to the seed's "This PR" row (vLLM PR
+#15422, Llama-2-7b); `k_lora` is assumed. The terms, the fit, what pins each
+parameter and the out-of-sample check: docs/bench.md and experiments/README.md
+(`calibrate`).
 """
 
 from __future__ import annotations

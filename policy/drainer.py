@@ -1,39 +1,18 @@
 """`drainer`: SGLang's LoRADrainer on vLLM's scheduler (a reference policy).
 
 Source: sglang PR #17913, `python/sglang/srt/lora/lora_drainer.py` at commit
-5a7bdc11 (lines counted in that file), called from
-`Scheduler._can_schedule_lora_req` in `python/sglang/srt/managers/scheduler.py`
-before the adapter-capacity check (a request the drainer refuses is skipped).
-
-Rule, per waiting scan (`update_draining_state`, L61-74, runs first):
-
-1. stats (L76-99): per adapter, the longest wait of its waiting requests and
-   `max_remaining_tokens` = max over its *running* requests of
-   `max_tokens - generated`;
-2. (L101-157) only when the running requests' adapters fill the slots
-   (`len(running_adapter_ids) < max_loras_per_batch: return`, L110): every
-   adapter whose longest wait exceeds the threshold (`is_starving`, L40-43:
-   strictly greater, and it has a waiting request) and that no adapter drains
-   for yet is *starving*; most-waited first, each takes the running adapter
-   with the fewest `max_remaining_tokens` among those not draining already and
-   marks it draining for itself (L139-157);
-3. (L159-173) a draining adapter with no running request is cleared;
-4. `can_schedule` (L175-190): a request of a draining adapter is admitted only
-   if `max_tokens <= 1.2 * max_remaining_tokens` of that adapter
-   (`DRAIN_SCHEDULE_TOLERANCE`, L25); anything else goes to the LoRA cap as usual.
-
-Mapping to this model. SGLang's threshold is seconds (`max_wait_time_secs`);
-here it is steps, `Config.starvation_steps` (waited = step - waiting_since).
-The base model (adapter 0; SGLang's `lora_id None`) neither occupies a slot nor
-starves, as in vLLM's cap. The cap itself is vLLM's (`policy.gate.vllm_cap_blocks`);
-the drainer's stats see every running request, scheduled this step or not, as
-SGLang's `running_reqs` do.
-
-What follows from the rule (searched for in `tests/test_reference_gates.py`):
-the tolerance lets a short request of a draining adapter pass a long one
-queued before it (`fifo_within_adapter` fails); an adapter whose new requests
-keep fitting 1.2x of its remaining tokens never drains, so a starving request
-can wait without bound (`bounded_wait` fails).
+5a7bdc11, called from `Scheduler._can_schedule_lora_req` in
+`python/sglang/srt/managers/scheduler.py` before the adapter-capacity check.
+Rule per waiting scan (`update_draining_state`, L61-74): stats (L76-99); when
+running adapters fill the slots (L110), each starving adapter (`is_starving`,
+L40-43), most-waited first, makes the running adapter with the fewest
+`max_remaining_tokens` drain for it (L101-157); a draining adapter with no
+running request is cleared (L159-173); a draining adapter admits only requests
+with `max_tokens <= 1.2 * max_remaining_tokens` (`can_schedule`, L175-190,
+`DRAIN_SCHEDULE_TOLERANCE`, L25), then vLLM's cap (`policy.gate.vllm_cap_blocks`).
+The threshold is `Config.starvation_steps` steps (waited = step -
+waiting_since). Each step, the mapping and what fails (`fifo_within_adapter`,
+`bounded_wait`): docs/field.md, "The rules in detail".
 """
 
 from __future__ import annotations

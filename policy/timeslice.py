@@ -1,37 +1,18 @@
 """`timeslice`: LoRAX's adapter cycle on vLLM's scheduler (a reference policy).
 
 Source: predibase/lorax `router/src/queue.rs` at commit e1067a06
-(`AdapterQueuesState`; lines counted in that file): per-adapter FIFO queues;
-`pending_adapters` and `active_adapters` (L146-171), at most
-`max_active_adapters` active.
-
-- `append` (L193-221): a request of an adapter that is not tracked puts the
-  adapter at the tail of `pending_adapters`.
-- `update_adapters` (L338-447), before each batch: an active adapter not in
-  use (no running request) with an empty queue is removed while pending
-  adapters outnumber those removed (L349-376); then the *front* active
-  adapter, if not in use, active longer than `max_active_time`
-  (`adapter_cycle_time_s`, default 2 s) and some adapter is pending, goes to
-  the tail of `pending_adapters` (L378-394); then pending adapters are
-  activated from the front until `max_active_adapters` are active, each
-  stamped with the activation time (L409-444).
-- `next_entry` / `get_oldest_active_adapter` (L299-335, L449-462): the next
-  request is the head of the active adapter whose head is oldest, preferring
-  adapters still within their time slice.
-
-Mapping to this model. `max_active_adapters` = `max_loras`; the time slice is
-in steps, `Config.starvation_steps`; "in use" = the adapter of a request in
-`running`; adapter memory costs are not modelled (every adapter fits). The base
-model (adapter 0) is always active and takes no slot (vLLM's cap), its queue
-competing in `next_entry`'s oldest-head order. Requests of inactive adapters
-are skipped; the active set already keeps the running adapters within
-`max_loras`, and vLLM's cap (`policy.gate.vllm_cap_blocks`) is applied on top.
-
-What follows from the rule (searched for in `tests/test_reference_gates.py`):
-an adapter that is always in use is never cycled out (L384), so with a steady
-stream for the active adapters a pending adapter waits without bound
-(`bounded_wait` fails); requests of inactive adapters are held while the cap
-would let them in (`no_hol_blocking` fails without declared holds).
+(`AdapterQueuesState`, L146-171): per-adapter FIFO queues, at most
+`max_active_adapters` (= `max_loras`) active. `append` (L193-221) puts an
+untracked adapter at the tail of `pending_adapters`; `update_adapters`
+(L338-447) removes idle empty active adapters (L349-376), sends the front
+active adapter, if not in use and active longer than the slice
+(`Config.starvation_steps` steps), back to pending (L378-394), and activates
+pending adapters from the front (L409-444); `next_entry` /
+`get_oldest_active_adapter` (L299-335, L449-462) take the oldest head among
+active adapters, preferring those within their slice. Requests of inactive
+adapters are skipped; vLLM's cap (`policy.gate.vllm_cap_blocks`) applies on
+top. Each step, the mapping and what fails (`bounded_wait`,
+`no_hol_blocking`): docs/field.md, "The rules in detail".
 """
 
 from __future__ import annotations

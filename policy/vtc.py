@@ -1,35 +1,17 @@
 """`vtc`: the Virtual Token Counter (Sheng et al., "Fairness in Serving Large
 Language Models", OSDI'24) on vLLM's scheduler (a reference policy).
 
-Source: the paper's artifact, Ying1123/VTC-artifact,
-`slora/server/router/vtc_req_queue.py` at commit 14c19b70 (lines counted in
-that file), where a client is a LoRA adapter (`req.adapter_dir`):
-
-- `append` (L36-50): a request joins its client's FIFO queue; when that queue
-  was empty, the client's counter is lifted to the smallest counter among the
-  other backlogged clients (`max(served[c], min(cnts))`);
-- `generate_new_batch` (L92-135): repeatedly take the client with the smallest
-  counter (L107); its head request is admitted if `_can_add_new_req` (L71-89:
-  KV tokens *and the adapter's memory*, `adapter_size`) and the prefill budget
-  allow, and its counter grows by `input_len * input_price` (L122-124); if the
-  head does not fit, the batch is closed (`break`, L132-133); a client with an
-  empty queue leaves the loop (L134-135);
-- `update_counter` (L147-156): every decode step adds `output_price` per
-  running request to its client's counter. Prices: input 1, output 2 (L15-17).
-
-Mapping to this model. The adapter's memory check becomes the LoRA cap: when
-the smallest-counter client's head is cap-blocked, the scan stops, as VTC
-closes the batch (vLLM's cap, `policy.gate.vllm_cap_blocks`). Token budget, seats
-and KV stop the scan in the core, as VTC's `break` does. The base model
-(adapter 0) is one more client. The prefill charge is the whole prompt at first
-admission (chunks are not charged again, nor the recompute after a
-preemption); decode charges are applied from the tokens each running request
-has generated, once per token. VTC has no knob here (`starvation_steps` is
-ignored).
-
-What follows: the scan stops behind a cap-blocked client while the cap would let
-others in (`no_hol_blocking` fails; searched for in
-`tests/test_reference_gates.py`); the wait is measured, not claimed.
+Source: Ying1123/VTC-artifact, `slora/server/router/vtc_req_queue.py` at
+commit 14c19b70, a client being a LoRA adapter: `append` (L36-50) lifts a
+re-entering client's counter to the smallest backlogged one;
+`generate_new_batch` (L92-135) serves the smallest-counter client (L107),
+charging `input_len * input_price` (L122-124), and closes the batch when its
+head does not fit (`break`, L132-133; here: vLLM's cap,
+`policy.gate.vllm_cap_blocks`); `update_counter` (L147-156) adds
+`output_price` per decoded token. Prices: input 1, output 2 (L15-17). The
+prefill charge is the whole prompt at first admission; `starvation_steps` is
+ignored. Each step, the mapping and what fails (`no_hol_blocking`):
+docs/field.md, "The rules in detail".
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """`lora-sched prove`: BMC, k-induction and the worst-case wait with Z3.
 
-One line per check (`fair: bounded_wait (B=13) ... ok (3.2s)`), then a
-summary table. Exit 1 when a checked property is violated (a counterexample,
-expected or not: `blocking`'s head-of-line blocking makes `prove --policy
-blocking` exit 1), else 2 when a check is inconclusive (unknown, timeout,
-failed induction), else 0.
-
-`prove --manifest [PATH]` re-runs the checks of `proofs/manifest.json` (or
-PATH) instead and compares each with its recorded verdict: exit 0 when none
-drifts, 1 on any drift (`proofs.manifest.drift`).
-
-`prove --mutants [NAME ...]` runs the planted-bug catalogue of
-`proofs.mutants` instead, one timed line per mutant: exit 1 if a mutant
-survives (or a check's baseline fails), 2 on an unknown mutant name.
-
-`prove --sweep` runs the manifest plus sweeps as Ray tasks: the flag is
-declared here, and `lora-sched` dispatches it to `fuzz.sweep`
-(`lora_sched.cli.MODES`), since fuzz imports proofs and proofs never imports fuzz.
-
-`--json` prints one versioned object, a result per check (verdict, depth,
-seconds, message, the witness as ITF JSON or its `--itf-dir` path, and in
-manifest mode the expected verdict and the drift), instead of the text.
+One line per check, then a summary table; exit 1 when a checked property is
+violated (expected or not: `prove --policy blocking` exits 1), else 2 when a
+check is inconclusive, else 0. `--manifest [PATH]` compares each check of
+`proofs/manifest.json` with its recorded verdict (exit 1 on any drift,
+`proofs.manifest.drift`); `--mutants [NAME ...]` runs `proofs.mutants` (exit
+1 if a mutant survives or a baseline fails, 2 on an unknown name); `--sweep`
+is dispatched by `lora-sched` to `fuzz.sweep`; `--json` prints one versioned
+object. Each mode and field: docs/proofs.md, "CLI" and "Manifest".
 """
 
 from __future__ import annotations

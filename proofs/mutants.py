@@ -1,22 +1,12 @@
 """Non-vacuity: planted bugs in the encoding, each with the check that must catch it.
 
-A property that no bug can break proves nothing. Each `Mutant` plants one bug
-in `proofs.encoding.schedule` (through `Bounds.mutant`) and names the
-(property, policy) that must find it by BMC within `depth` steps. A mutant
-is *killed* when BMC finds a violation; it *survives* when BMC says the
-property holds up to `depth`. The unmutated encoding must hold on the same
-check (the baseline), otherwise the kill would say nothing about the bug.
-
-Mutants of the environment model (the async skip, the DP throttle) make the
-encoding *safer*, so they are caught the other way round (`expect="cex"`):
-the real encoding has a known shortest counterexample at depth `depth`
-(the baseline) and the mutant must lose it.
-
-    lora-sched prove --mutants
-
-prints one timed line per mutant, mypyvy style, and exits 1 if any mutant
-survives or a baseline fails. `tests/test_proofs_mutants.py` runs the
-catalogue in CI.
+Each `Mutant` plants one bug in `proofs.encoding.schedule` (through
+`Bounds.mutant`) and names the (property, policy) that BMC must find it by
+within `depth` steps (killed: a violation; survives: the property holds); the
+unmutated encoding must hold on the same check (the baseline). Environment
+mutants make the encoding safer and must lose the baseline's known
+counterexample (`expect="cex"`). `lora-sched prove --mutants` prints one timed
+line per mutant; docs/proofs.md, "Non-vacuity".
 """
 
 from __future__ import annotations

@@ -1,33 +1,17 @@
 """Safety for ANY number of requests and adapters: an inductive invariant
 over uninterpreted sorts, checked by Z3 with quantifiers (mypyvy / Ivy style).
 
-`Req` and `Adapter` are uninterpreted sorts (`z3.DeclareSort`), and
-`max_loras` (M), `max_num_seqs` (N), `max_num_batched_tokens` (T) and
-`starvation_steps` (S) are symbolic integers (M, N, T >= 1, S >= 0), so a
-proof holds for every number of requests and adapters and every config.
-Each obligation is assume / act / assert: `init ⇒ Inv`, `Inv ∧ step ⇒ Inv'`
-and `Inv ∧ step ⇒ P`, unsat-checked one at a time and printed as one timed
-line (`check_all`).
-
-Cardinalities are never counted: "at most M adapters" is the existence of an
-injection into {0..M-1}, carried as the ghost `slot` (likewise `seat` for
-N). The step (one `schedule()` and its model output) over-approximates
-`policy.core.Scheduler` for FCFS and priority queues, synchronous or async
-scheduling, limited or unlimited KV, chunked prefill on or off: events,
-a running phase (any subset scheduled or preempted; with `skip=True` any
-running request may be left unscheduled while the scan runs), a waiting
-scan that admits a set of requests along a total order under a monotone
-cap set, tokens as prefix sums, and outputs. The field's gates (`drainer`,
-`timeslice`, `vtc`) add their own rule on top of vLLM's cap. The
-vocabulary, the step, the gates' rules, what is abstracted and why it is
-sound are in docs/proofs-unbounded.md.
-
-Non-vacuity: per model, `Inv ∧ step` admits a new adapter beside a running
-one (sat; `VACUOUS_MUTANT` must fail it); `TRACES` are reachability checks
-from init (mypyvy's `sat trace`), and the violating ones replay in
-`policy.core` (`replay_trace`); `MUTANTS` are planted bugs, each must make its
-properties fail with an exact violation (`exact_violation`). Soundness of the
-over-approximation is tested by `crosscheck` (tests/unbounded_crosscheck.py).
+`Req` and `Adapter` are uninterpreted sorts (`z3.DeclareSort`); `max_loras`,
+`max_num_seqs`, `max_num_batched_tokens` and `starvation_steps` are symbolic.
+Obligations `init ⇒ Inv`, `Inv ∧ step ⇒ Inv'`, `Inv ∧ step ⇒ P`, one unsat
+check each (`check_all`). "At most M adapters" is an injection into {0..M-1},
+the ghost `slot` (`seat` for N). The step over-approximates
+`policy.core.Scheduler` (FCFS and priority, sync or async, KV limited or not,
+chunked prefill on or off; the field's gates add their rule on vLLM's cap).
+Non-vacuity: `VACUOUS_MUTANT`, `TRACES` (replayed by `replay_trace`),
+`MUTANTS` (`exact_violation`); soundness: `crosscheck`
+(tests/unbounded_crosscheck.py). The vocabulary, the step, the gates' rules
+and why the abstraction is sound: docs/proofs-unbounded.md.
 """
 
 from __future__ import annotations

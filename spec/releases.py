@@ -1,43 +1,14 @@
 """The supported vLLM releases and their scheduling semantics: one registry.
 
-Every part of the project that must know which vLLM it models asks here: the
-reference core (`policy.core`), the trace reader (a header's `source` selects
-the release), the checker's `no_hol_blocking` (which cap set vLLM counts),
-the claims (`policy.claims`), the deploy classes (`lora_sched.scheduler`:
-which installed versions they accept) and the recorder (which version a trace
-says it came from).
-
-The differences, read from `vllm/v1/core/sched/scheduler.py` and
-`vllm/v1/engine/core.py` of each release (line numbers are 0.33.0's):
-
-- `cap_counts`: which running requests' adapters the LoRA cap counts before
-  the waiting scan. 0.32: those *scheduled* this step (`scheduled_loras` is
-  built from `scheduled_running_reqs`), so a running request left
-  unscheduled (async sure-to-finish, DP throttle, PP) frees its slot. 0.33:
-  every request in `self.running` (scheduler.py 1038-1047).
-- `prefill_cadence`: who applies `--prefill-schedule-interval`. 0.32:
-  only the data-parallel engine core (`DPEngineCoreProc`), which calls
-  `schedule(throttle_prefills=True)` on the off-cadence steps of its wave
-  counter (`spec.config.throttled`); a single engine never throttles.
-  0.33: the scheduler itself, on an engine that is not DP-coordinated (a
-  single engine, or a dense DP rank): a step is off-cadence while fewer than
-  `interval` steps that scheduled a token have passed since the last one that
-  carried a prefill (a running prefill chunk, or an admitted request with
-  more than one token left), and then defers prefills exactly as a throttled
-  step does (scheduler.py 396-425, 771-791, 1621-1629). The engine core
-  still throttles MoE DP ranks as 0.32 did, and their local cadence is off;
-  the model's 0.33 is the engine without DP coordination, so the harnesses
-  pass no `throttle_prefills` there (passing it too throttles twice).
-- `priority_self_preempt`: under the priority policy, what the running loop
-  does when the request it is scheduling is itself the lowest-priority victim.
-  0.32: the loop ends (`break`); 0.33: the loop goes on with the next running
-  request (`continue`, scheduler.py 982-992).
-- `zero_token_waiting`: what the waiting scan does with a request that has no
-  token to schedule (`num_new_tokens == 0`). 0.32: the scan stops (`break`);
-  0.33: the request is skipped and the scan goes on (scheduler.py 1394-1398).
-  The model cannot reach it (a waiting request always has a token left, since
-  prefix caching and KV connectors are not modelled), so the core states it
-  and no trace of the model tells the two apart.
+Every part of the project that must know which vLLM it models asks here. The
+differences (0.32 / 0.33; lines of 0.33.0's `vllm/v1/core/sched/scheduler.py`):
+`cap_counts`, the running requests the LoRA cap counts (scheduled ones /
+every one in `self.running`, 1038-1047); `prefill_cadence`, who applies
+`--prefill-schedule-interval` (the DP engine core, `DPEngineCoreProc` in
+`vllm/v1/engine/core.py` / the scheduler, 396-425, 771-791, 1621-1629);
+`priority_self_preempt` (`break` / `continue`, 982-992); `zero_token_waiting`
+(`break` / skip, 1394-1398; unreachable in the model). Each in full, with its
+consumers: docs/conformance.md, "The releases' differences".
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """The layout of a trace timeline: what both renderers (HTML, PNG) draw.
 
 One row per request, grouped by adapter (base model first), then by arrival;
-x is the step number. A row is a list of segments, consecutive step lines of
-one kind merged:
-
-- `waiting`: in `waiting`, not admitted this step;
-- `held`: waiting and held by `fair`'s guard for r* (victim adapter);
-- `prefill`: scheduled, computing (or recomputing) prompt tokens: a chunk;
-- `decode`: scheduled for one token with its prompt already computed;
-- `idle`: in `running` but not scheduled (async skip, throttle, the skip of DESIGN §2);
-- `preempted`: preempted in this step (it waits again from the next one).
-
-Marks are points: `preempted`, `finished`, `aborted`, and `violation`. Per
-step: the adapters in the batch and running, the tokens, throttling, and for
-`fair` r* and the victims. Everything comes from the code `lora-sched check`
-runs (`policy.check.observe_trace`, `spec.observe.Observer`,
-`policy.check.FairHolds`), so the violations drawn are those `check` reports.
+a row is a list of segments (`waiting`, `held`, `prefill`, `decode`, `idle`,
+`preempted`), marks are points (`preempted`, `finished`, `aborted`,
+`violation`). Everything comes from the code `lora-sched check` runs
+(`policy.check.observe_trace`, `spec.observe.Observer`,
+`policy.check.FairHolds`), so the violations drawn are those `check`
+reports. What each kind means: docs/view.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,20 @@
 """vLLM's own `schedule()`, with the two hook calls the deploy classes need.
 
-How the policy gets into vLLM. vLLM (0.32, 0.33) decides LoRA admission inline in
-`Scheduler.schedule()` (a ~900-line method) and offers no hook. Rather than
-copy the method (a fork) or patch its text (brittle), `hook_schedule` parses
-vLLM's own `schedule()` with `ast`, finds two nodes by their shape, and adds
-two hook calls; every other statement is vLLM's, unchanged:
+vLLM decides LoRA admission inline in `Scheduler.schedule()` and offers no
+hook. Rather than copy the method (a fork) or patch its text, `hook_schedule`
+parses vLLM's own `schedule()` with `ast`, finds two nodes by their shape and
+adds two calls; every other statement is vLLM's:
 
-1. the LoRA-cap `if` (its test reads `max_loras`, `scheduled_loras` and
+1. the LoRA-cap `if` (its test reads `max_loras`, `scheduled_loras`,
    `lora_request`; its body is `skip_request(...); continue`) becomes
-   `_d = self._lora_gate(request, scheduled_loras)`, then `break` on "stop"
-   and vLLM's own skip body on "skip";
+   `self._lora_gate(request, scheduled_loras)`: `break` on "stop", vLLM's own
+   skip body on "skip";
 2. the `if` that guards the waiting scan (its test reads `preempted_reqs`;
-   it holds `while token_budget > 0:`) gets
-   `self._before_waiting_scan(scheduled_loras)` as its first statement
-   (`scheduled_loras` is vLLM's own set, which its scan then grows).
+   it holds `while token_budget > 0:`) starts with
+   `self._before_waiting_scan(scheduled_loras)`.
 
-If the installed vLLM is not a release `spec.releases` lists (0.32.x,
-0.33.x), or its `schedule()` does not have exactly one node of each shape,
-import fails with `UnsupportedVllm`, naming the installed vLLM version and
-the supported range, instead of running a silently different scheduler.
+A vLLM outside `spec.releases`, or a `schedule()` without exactly one node of
+each shape, fails the import with `UnsupportedVllm` naming both versions.
 """
 
 from __future__ import annotations

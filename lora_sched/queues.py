@@ -32,18 +32,11 @@ def adapter_of(request: Request) -> int:
 class ScanOrderQueue(RequestQueue):
     """vLLM's waiting queue, yielding pinned requests first, for one scan.
 
-    A policy pins the order its scan visits (`fair`: r* alone; a reference
-    gate: its `scan_order`). Each `peek_request` / `pop_request` yields the
-    first pinned request still queued, then the queue's own order.
-    Everything else is delegated to the queue vLLM built (FCFS deque or
-    priority heap). While a scan is pinned, requests vLLM puts back
-    (`prepend_requests`, its skipped requests) are restored to the order the
-    queue had when the scan started, so the scan order reorders nothing that
-    outlives the scan. One pinned request in an FCFS queue (`fair`'s r*) is
-    put back in O(visited): its place then is its place when the scan began
-    less the requests ahead of it that the scan took out (the skipped ones
-    come back in visit order, which is queue order); otherwise the queue is
-    re-sorted by the order it had when the scan began."""
+    `pin` sets the requests to visit first (a reference gate's `scan_order`,
+    or fair's r* in a priority heap); everything else is delegated to the
+    queue vLLM built. The requests vLLM puts back (`prepend_requests`) are
+    restored to the order the queue had when the scan began: one pinned
+    request in a FCFS deque in O(visited), otherwise by a re-sort."""
 
     def __init__(self, inner: RequestQueue) -> None:
         self.inner = inner
@@ -136,31 +129,10 @@ class ScanOrderQueue(RequestQueue):
 
 
 class PassOverQueue(RequestQueue):
-    """vLLM's waiting queue (FCFS deque or priority heap) for one scan of a
-    gate with `cap_closed` (`fair`), passing over the requests the full cap
-    (or fair's hold) skips.
-
-    A request is passed over (in `__bool__`, which vLLM's loop asks right
-    before each `peek_request`) only when vLLM's own visit would skip it and
-    do nothing else: the driver's `_lora_gate` shortcut skips it (an adapter
-    (> 0) outside `cap_closed` or in `held_for_scan`, not put first, no
-    admission pending), its status is plain WAITING or PREEMPTED, it holds no
-    KV blocks, and it is already in vLLM's `deferred_waiting`.
-
-    In the FCFS deque nothing moves while the scan runs: the scan reads from
-    a place (`at`) that a run passed over moves on by its length and each
-    `pop_request` by one; when the scan ends (`prepend_requests`, `restore`)
-    the popped requests vLLM did not put back leave their places (`_settle`).
-    In the heap the passed-over requests are popped and pushed back by their
-    key. Either way the queue ends as vLLM's own skips leave it.
-
-    A tally (`count`: per adapter, the requests not yet visited, and how many
-    are not deferred) lets the scan skip whole runs: when everything but the
-    requests that arrived since the last scan (`tail`) would only be skipped,
-    the scan visits the tail and ends (`_tail_first`); otherwise the run up to
-    the next request the scan may admit is read off its place (`_jump`,
-    `_places`). `passed` and `tails_first` (on the owner) count over the
-    scheduler's life."""
+    """What vLLM's loop asks before each visit: a run it would only skip is
+        passed over first, and when the tally shows it would only skip the
+        rest, the scan ends (False, once). Should that fail, the owner falls
+        back to vLLM's rule (`_fault`) and the scan reads on from its place."""
 
     def __init__(self, inner: Any, owner: Any) -> None:
         self.inner = inner
@@ -193,9 +165,7 @@ class PassOverQueue(RequestQueue):
 
     def count(self, waiting_by_adapter: dict[int, int], kv_holding: Iterable[Request]) -> None:
         """Start the tally from the gate's count of waiting requests per adapter
-        (both of vLLM's queues) less `kv_holding_waiting`'s. It is kept only
-        if it adds up to this queue's length and `deferred_waiting` (which
-        vLLM keeps within its two queues) leaves a count >= 0 outside it."""
+        less `kv_holding_waiting`'s; kept only if it adds up to this queue."""
         left = dict(waiting_by_adapter)
         deferred = self.owner.deferred_waiting
         held_deferred = 0
@@ -214,12 +184,9 @@ class PassOverQueue(RequestQueue):
         return len(self.inner) - self.at
 
     def _passes_but(self, k: int, tail_left: dict[int, int], tail_undeferred: int) -> bool:
-        """Every request not yet visited but the last `k` (of which `tail_left`
-        per adapter, `tail_undeferred` not deferred) would be skipped with
-        nothing else done, by the tally, in O(max_loras): all deferred, plain
-        (the driver knows no blocked status is waiting), of an adapter (> 0)
-        outside `cap_closed` or in `held_for_scan`; none put first; and none
-        holds KV blocks, as vLLM queues those in `kv_holding_waiting`."""
+        """By the tally, in O(max_loras): would every request not yet visited
+        but the last `k` (the tail: `tail_left` per adapter, `tail_undeferred`
+        not deferred) be skipped with nothing else done (`_passes`)?"""
         owner, left = self.owner, self.left
         m = self._unvisited() - k
         if left is None or m <= 0 or owner._candidate is not None or self.first_left or owner._blocked \
@@ -232,12 +199,10 @@ class PassOverQueue(RequestQueue):
             left.get(a, 0) == tail_left.get(a, 0) for a in closed if a not in held)
 
     def _tail_first(self) -> bool:
-        """If the requests not yet visited are those that arrived since the
-        last scan (the driver's `tail`, appended in order, not yet deferred)
-        behind a prefix that would only be skipped, move the scan's place to
-        the tail and end the scan when it has been visited (O(1)): `prefix`
-        is the prefix's length, `tail_at` the tail's place; the prefix stays
-        where it is, ahead of the tail, as vLLM's own skips would leave it."""
+        """If only the tail (arrived since the last scan, appended in order, not
+        yet deferred) is left behind a prefix that would only be skipped,
+        move the scan's place to the tail and end the scan after it (O(1));
+        the prefix stays where it is, as vLLM's own skips would leave it."""
         tail = self.tail
         k = len(tail)
         if not self.fcfs or self.left is None or k > self._unvisited() \
@@ -261,14 +226,10 @@ class PassOverQueue(RequestQueue):
         return True
 
     def _settle(self, skipped: Iterable[Request]) -> None:
-        """The deque as vLLM's own skips leave it, once its scan is over: the
-        requests vLLM popped and did not put back (`skipped`) are deleted
-        from their places, the last first (O(their distance to the nearer
-        end), at C speed). Everything else never moved: the requests passed
-        over, those vLLM skipped, and, after `_tail_first`, the prefix ahead
-        of the tail. A request put back that this scan did not pop (vLLM's
-        loop puts back only what it popped) goes to the front, as vLLM's
-        own put-back would put it."""
+        """The deque as vLLM's own skips leave it once its scan is over: the
+        requests vLLM popped and did not put back leave their places, the last
+        first; nothing else moved. A request put back that this scan did not
+        pop goes to the front, as vLLM's own put-back would put it."""
         skipped = list(skipped)
         back = set(skipped)
         popped, self.popped = self.popped, []
@@ -378,19 +339,12 @@ class PassOverQueue(RequestQueue):
         return n
 
     def _jump(self, *, eager: bool = True) -> int | None:
-        """The run's length by the tally, at C speed, or None when the tally
-        cannot tell (or, not `eager`, when the places would have to be found
-        and they are many: more than a tenth of the requests not yet
-        visited, where a short run is walked for less; `_pass_over` walks a
-        stretch first). When every request not yet visited but the tail is
-        deferred and plain and none is put first, the run ends at the first
-        request of an adapter the scan may still admit (the base model, and
-        those in `cap_closed` not held) or of the tail: their places are
-        found once (again only when a hold narrows the adapters) from the
-        driver's waiting requests of those adapters (`_places`), and their
-        count there must match the tally's; then, as nothing moves in the
-        deque while the scan runs, the next place less the scan's is the
-        run's length."""
+        """The run's length by the tally, or None when it cannot tell (or, not
+        `eager`, when the places to find are many: `_pass_over` walks a stretch
+        first). The run ends at the first request of an adapter the scan may
+        still admit (the base model, those in `cap_closed` not held) or of the
+        tail; their places are found once (`_places`) and must match the
+        tally's count, and nothing moves in the deque while the scan runs."""
         owner, left, tail = self.owner, self.left, self.tail
         closed, held = owner._closed, owner._held
         if left is None or closed is None or owner._blocked or self.first_left or self.prefix is not None:
@@ -423,20 +377,12 @@ class PassOverQueue(RequestQueue):
 
     def _places(self, stops: set[Request], want: int) -> list[int] | None:
         """The places of `stops` in the deque from the scan's place on, in
-        order, or None when they are not `want`. The tail's are at the back.
-        When the others are few (with the tail, a tenth of the requests not
-        yet visited, or less), each is first looked for where the last scan
-        found it (`owner._stop_back`: its distance from the deque's back
-        then; a request joining at the back is the `tail`, so only one
-        joining elsewhere behind it, or one before the scan's place, could
-        leave it short of that place): read there (`deque[i] is r`, at C
-        speed), and where it is not, by `deque.index` from there on. That
-        answer is exact (each place holds that very request) and complete
-        when all but the ones the scan popped are found (so none of them is
-        elsewhere in the deque) and they are `want`; else one
-        `map(set.__contains__, ...)` over the deque from the scan's place
-        finds them. The places found, when few, are kept for the next
-        scan."""
+        order, or None when they are not `want`. When they are few (a tenth of
+        the requests not yet visited, or less), each is looked for where the
+        last scan found it (`owner._stop_back`, its distance from the back)
+        and checked request by request (`deque[i] is r`), else found by
+        `deque.index`; otherwise one pass over the deque finds them. The
+        places found, when few, are kept for the next scan."""
         q, here, owner, tail = self.inner, self.at, self.owner, self.tail
         n, k = len(q), len(tail)
         few = 10 * len(stops) <= n - here

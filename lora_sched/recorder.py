@@ -63,10 +63,8 @@ class _Open:
 
 
 def config_of(sched: Scheduler, policy: str, *, async_scheduling: bool | None = None) -> Config:
-    """The model's config for a live vLLM scheduler (DESIGN §2 keys).
-
-    `async_scheduling`: whether the engine driving the scheduler applies each
-    output one step late; by default what the engine config resolved."""
+    """The model's config for a live vLLM scheduler (DESIGN §2 keys);
+    `async_scheduling` defaults to what the engine config resolved."""
     sc = sched.scheduler_config
     lora = sched.lora_config
     return Config(

@@ -148,35 +148,23 @@ class GateMixin(HookedMixin):
     """Any reference gate (`policy.gate.Gate`) inside vLLM's `schedule()`.
 
     The gate is the object `policy.make_gate(policy_name)` builds, the one the
-    reference core (`policy.core`) runs; this class feeds it vLLM's state at
-    the points where the core calls it: `scan_order` / `front` when the waiting
-    scan starts (`_before_waiting_scan`), `decide` at the LoRA check
-    (`_lora_gate`), `admitted` once a request it let through is running
-    (before the next request is decided), `step_done` after every
-    `schedule()`, `enqueued` / `dequeued` as requests join and leave vLLM's
-    waiting queues; where the gate has them (`fair`), `cap_closed`,
-    `held_for_scan` and `waiting_by_adapter` let the scan skip and pass over
-    (`PassOverQueue`) the requests `decide` would skip.
+    reference core runs; this class feeds it vLLM's state where the core calls
+    it (`scan_order` / `front`, `decide`, `admitted`, `step_done`, `enqueued` /
+    `dequeued`) and, for `fair`, skips and passes over (`PassOverQueue`) the
+    requests `decide` would skip (`cap_closed`, `held_for_scan`).
 
-    The index follows vLLM's own queue operations: a request is indexed when
-    vLLM queues it (`_enqueue_waiting_request`: an arrival, or a streaming
-    session whose turn ended) or puts it back (`_preempt_request`), and leaves
-    when vLLM admits or frees it. A session's next chunk or its close is no
-    new request; a session waiting for its client (`WAITING_FOR_STREAMING_REQ`)
-    is indexed from the step its next chunk arrives. Each request has its own
-    key (its id, or its id and arrival number while a freed request of that
-    id is still in the mirror), so a reused id is a new request.
-
-    `ctx.state` is `mirror`, a `spec.state.State` read from vLLM at each call
-    (queues, statuses, token counters) plus what vLLM does not keep (arrival
-    order, `waiting_since`, `first_admitted`). A freed request stays in it
-    through the next `schedule()` (a gate sees it finished once) and is then
-    dropped: a long-running server keeps no entry per request served.
+    The index follows vLLM's own queue operations (`_enqueue_waiting_request`,
+    `_preempt_request`, admission, `_free_request`); what vLLM does not queue
+    is not indexed, a session waiting for its client is indexed from its next
+    chunk, and each request has its own key, so a reused id is a new request
+    (docs/conformance.md). `mirror` (`spec.state.State`) is read from vLLM at
+    each call, plus what vLLM does not keep (arrival order, `waiting_since`,
+    `first_admitted`); a freed request leaves it after the next `schedule()`.
 
     Fail safe: whatever raises in this class's own code is logged once with
-    the request and what was expected; the rest of that step runs vLLM's own
-    rule (`HookedMixin._lora_gate`, nothing passed over), and the mirror and
-    the gate are rebuilt from vLLM's queues (`resync`). `faults` counts them.
+    the request and what was expected, the rest of that step runs vLLM's own
+    rule, and the mirror and the gate are rebuilt from vLLM's queues
+    (`resync`). `faults` counts them.
     """
 
     pass_over_queue: type[PassOverQueue] = PassOverQueue
@@ -241,10 +229,9 @@ class GateMixin(HookedMixin):
         self._closed, self._held, self._first, self._candidate = None, frozenset(), set(), None
 
     def resync(self) -> None:
-        """Rebuild the mirror and the gate from vLLM's queues: `running`, then
-        the waiting queues in vLLM's order. A request tracked before keeps
-        its arrival order and the step it joined `waiting`; the gate starts
-        afresh (fair: no r* until one has waited S steps)."""
+        """Rebuild the mirror and the gate from vLLM's queues (`running`, then
+        the waiting queues in vLLM's order), each request keeping its arrival
+        order and wait; the gate starts afresh."""
         s: Any = self
         old, old_key = self.mirror.reqs, self._key
         self.gate = make_gate(self.policy_name)
@@ -387,11 +374,9 @@ class GateMixin(HookedMixin):
         rs.placeholders = r.num_output_placeholders
 
     def _sync_running(self) -> None:
-        """For a gate that indexes `waiting` itself (`Gate.front`): `running`, its
-        counters, and the waiting requests whose async output may be in flight
-        (preempted since they last ran), in O(running); a preempted request
-        is synced again when the scan decides it (`_lora_gate`), and one that
-        never ran has nothing to sync."""
+        """For a gate that indexes `waiting` itself (`Gate.front`): `running`,
+        its counters, and the preempted requests whose async output may be in
+        flight, in O(running)."""
         s: Any = self
         st, key = self.mirror, self._key
         st.step = s.current_step
@@ -479,13 +464,10 @@ class GateMixin(HookedMixin):
         s.waiting.pin(r for r in map(self._req.__getitem__, order) if r in queued)
 
     def _put_first(self, request: Request) -> None:
-        """`request` (r*) first in this scan. In vLLM's FCFS deque it moves to
-        the front, and the requests ahead of it are kept for `_put_back`
-        (O(its place), and r*, the oldest starving request, sits near the
-        front); in a priority heap it is most often the top already (the heap
-        is ordered by priority, then arrival), and otherwise a
-        `ScanOrderQueue` yields it first for this scan. Not in `waiting` (in
-        `kv_holding_waiting`, which vLLM drains first): nothing moves."""
+        """`request` (r*) first in this scan: in vLLM's FCFS deque it moves to
+        the front, and the requests ahead of it are kept for `_put_back`; in
+        a priority heap where it is not the top, a `ScanOrderQueue` yields it
+        first; in `kv_holding_waiting` (which vLLM drains first) nothing moves."""
         s: Any = self
         queue = s.waiting
         if isinstance(queue, deque):
@@ -505,12 +487,10 @@ class GateMixin(HookedMixin):
             s.waiting = pinned
 
     def _put_back(self) -> None:
-        """After the scan: r*, if it is still waiting (skipped, or a stop at it),
-        goes back to its place before the scan less the requests ahead of it
-        that the scan took out. vLLM puts the skipped requests back at the
-        front in visit order, and the scan visits r* first and then the
-        queue from its front, so those still waiting of the ones ahead of r*
-        are the run of them right behind r*: that run's length is its place."""
+        """After the scan: r*, if still waiting, goes back to its place before
+        the scan less the requests ahead of it that the scan took out (those
+        still waiting are the run right behind it: vLLM puts skipped requests
+        back at the front in visit order)."""
         s: Any = self
         if isinstance(s.waiting, self.pass_over_queue):
             s.waiting = s.waiting.restore()

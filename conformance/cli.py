@@ -19,6 +19,7 @@ from lora_sched.conformance.assets import ensure_assets
 from lora_sched.policy import claims
 from lora_sched.policy.check import check_trace, format_report
 from lora_sched.policy.scenarios import SCENARIOS, VICTIM, Scenario
+from lora_sched.spec import releases
 from lora_sched.spec.config import IN_VLLM
 from lora_sched.spec.trace import TraceError, read_trace
 
@@ -73,6 +74,16 @@ def check(trace_path: Path, policy: str, scenario: Scenario) -> tuple[bool, list
     return props_ok and rep.ok, lines
 
 
+def _no_reference() -> str | None:
+    """Why the installed vLLM has no reference to conform against, or None."""
+    import vllm
+
+    if releases.unregistered(f"vllm {vllm.__version__}") is None:
+        return None
+    return (f"vLLM {vllm.__version__} is not in the release registry (supported: {releases.SUPPORTED}), so there "
+            f"is no reference to replay against; `lora-sched fuzz` judges its properties without one")
+
+
 def main(args: argparse.Namespace) -> int:
     scenario = SCENARIOS[args.scenario]
     cfg = replace(scenario.config, policy=args.policy)
@@ -82,12 +93,22 @@ def main(args: argparse.Namespace) -> int:
     mode = "inproc" if args.in_process else "live"
     trace_path = out / f"{args.scenario}-{args.policy}-{mode}.jsonl"
     t0 = time.monotonic()
+    why = _no_reference()
+    if why is not None:
+        print(f"error: conform: {why}", file=sys.stderr)
+        return 2
     print(f"conform: scenario {scenario.name} ({scenario.about}), policy {args.policy}, {mode}")
     if args.in_process:
         from lora_sched.conformance.inprocess import run_workload
 
+        from lora_sched.hook import UnsupportedVllm
+
         cfg = replace(cfg, async_scheduling=bool(args.async_scheduling))
-        steps = run_workload(cfg, scenario.workload, trace_path, policy=args.policy)
+        try:
+            steps = run_workload(cfg, scenario.workload, trace_path, policy=args.policy)
+        except UnsupportedVllm as exc:
+            print(f"error: conform: {exc}", file=sys.stderr)
+            return 2
         print(f"vLLM scheduler ran {steps} steps in process")
         ok, lines = check(trace_path, args.policy, scenario)
         print("\n".join(lines))

@@ -121,18 +121,22 @@ def _vllm_request(req: Request, seq: int):
     )
 
 
-def _model_output(sched_out, sampled: set[str]):
+def model_output(req_ids: list[str], sampled: set[str]):
+    """The model runner's output for a batch: one token for each id in `sampled`.
+    0.32 and 0.33 take `req_id_to_index`; 0.34 builds it from `req_ids`."""
+    import dataclasses
+
     from vllm.v1.outputs import ModelRunnerOutput
 
-    ids = list(sched_out.num_scheduled_tokens)
-    return ModelRunnerOutput(
-        req_ids=ids,
-        req_id_to_index={rid: i for i, rid in enumerate(ids)},
-        sampled_token_ids=[[TOKEN] if rid in sampled else [] for rid in ids],
-        logprobs=None,
-        prompt_logprobs_dict={},
-        pooler_output=[],
-    )
+    extra = {}
+    if "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}:
+        extra["req_id_to_index"] = {rid: i for i, rid in enumerate(req_ids)}
+    return ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=[[TOKEN] if rid in sampled else [] for rid in req_ids],
+                             logprobs=None, prompt_logprobs_dict={}, pooler_output=[], **extra)
+
+
+def _model_output(sched_out, sampled: set[str]):
+    return model_output(list(sched_out.num_scheduled_tokens), sampled)
 
 
 class Stuck(RuntimeError):

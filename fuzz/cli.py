@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 from lora_sched.fuzz.campaign import CampaignError, Options, run_campaign
+from lora_sched.fuzz.runner import unregistered
+from lora_sched.spec import releases
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -56,6 +58,9 @@ def main(args: argparse.Namespace) -> int:
         where = f.files.get("test", "(not shrunk)")
         print(f"  {f.signature}: {f.hits} workloads, first seed {f.first_seed}, {f.status}"
               + (f" to {len(f.minimal['requests'])} request(s)" if f.minimal else "") + f" -> {where}")
+    if (version := unregistered()) is not None:
+        print(f"replay: off: vLLM {version} is not in the release registry (supported: {releases.SUPPORTED}); "
+              f"stock vLLM's properties are judged with vLLM {releases.NEWEST}'s semantics")
     print(f"report: {out / 'report.json'}")
     print("no findings" if not len(report.findings) else f"{len(report.findings)} findings")
     return 1 if len(report.findings) else 0

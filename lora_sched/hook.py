@@ -9,9 +9,11 @@ adds two calls; every other statement is vLLM's:
    `lora_request`; its body is `skip_request(...); continue`) becomes
    `self._lora_gate(request, scheduled_loras)`: `break` on "stop", vLLM's own
    skip body on "skip";
-2. the `if` that guards the waiting scan (its test reads `preempted_reqs`;
-   it holds `while token_budget > 0:`) starts with
-   `self._before_waiting_scan(scheduled_loras)`.
+2. the waiting scan, the `while` loop holding that `if` directly under the
+   `if` whose test reads `preempted_reqs` (`while token_budget > 0:` on 0.32
+   and 0.33, `while True:` on 0.34), is preceded by
+   `self._before_waiting_scan(scheduled_loras)`, after whatever vLLM does to
+   `waiting` before its scan.
 
 A vLLM outside `spec.releases`, or a `schedule()` without exactly one node of
 each shape, fails the import with `UnsupportedVllm` naming both versions.
@@ -66,21 +68,15 @@ def _is_lora_cap_if(node: ast.AST) -> bool:
     )
 
 
-def _is_budget_loop(node: ast.AST) -> bool:
-    return (
-        isinstance(node, ast.While)
-        and isinstance(node.test, ast.Compare)
-        and isinstance(node.test.left, ast.Name)
-        and node.test.left.id == "token_budget"
-        and isinstance(node.test.ops[0], ast.Gt)
-    )
+def _is_scan_loop(node: ast.AST) -> bool:
+    return isinstance(node, ast.While) and any(_is_lora_cap_if(n) for n in ast.walk(node))
 
 
 def _is_waiting_scan_if(node: ast.AST) -> bool:
     return (
         isinstance(node, ast.If)
         and "preempted_reqs" in _names(node.test)
-        and any(_is_budget_loop(n) for n in node.body)
+        and any(_is_scan_loop(n) for n in node.body)
     )
 
 
@@ -104,6 +100,14 @@ def _find(tree: ast.AST, pred: Any, what: str, version: str) -> tuple[list[ast.s
 def hook_schedule(source: str, *, version: str = vllm.__version__, filename: str = _vsched.__file__) -> Any:
     """vLLM's `schedule()` (its source text) with the two hooks added; returns the function."""
     tree = ast.parse(textwrap.dedent(source))
+    # The scan first: its loop is found by the LoRA-cap `if` it holds.
+    stmts, i = _find(tree, _is_waiting_scan_if, "waiting-scan blocks (`if not preempted_reqs ...:` "
+                     "holding the `while` loop of the LoRA-cap check)", version)
+    scan = stmts[i]
+    assert isinstance(scan, ast.If)
+    loop = next(j for j, n in enumerate(scan.body) if _is_scan_loop(n))
+    call = ast.parse("self._before_waiting_scan(scheduled_loras)").body[0]
+    scan.body.insert(loop, ast.copy_location(call, scan.body[loop]))
     stmts, i = _find(tree, _is_lora_cap_if, "LoRA-cap `if` blocks (`skip_request(...); continue` "
                      "under a test of max_loras / scheduled_loras)", version)
     original = stmts[i]
@@ -117,12 +121,6 @@ def hook_schedule(source: str, *, version: str = vllm.__version__, filename: str
     for node in hook:
         ast.copy_location(node, original)
     stmts[i:i + 1] = hook
-    stmts, i = _find(tree, _is_waiting_scan_if, "waiting-scan blocks (`if not preempted_reqs ...:` "
-                     "holding `while token_budget > 0:`)", version)
-    scan = stmts[i]
-    assert isinstance(scan, ast.If)
-    call = ast.parse("self._before_waiting_scan(scheduled_loras)").body[0]
-    scan.body.insert(0, ast.copy_location(call, scan.body[0]))
     ast.fix_missing_locations(tree)
     namespace: dict[str, Any] = {}
     # Compile under vLLM's module's __future__ flags, not this module's.

@@ -47,9 +47,10 @@ SOURCE = f"vllm {vllm.__version__}"
 
 
 def installed_release() -> str:
-    """The registry's name for the installed vLLM (`0.33`); `releases.UnknownRelease`
-    (naming the supported releases) when it is not one of them."""
-    return releases.get(vllm.__version__).name
+    """The release whose semantics the installed vLLM's traces follow (`0.33`):
+    its own, or the newest for a vLLM the registry lacks (`releases.modelled`;
+    the trace's source names the version, and its check has no replay)."""
+    return releases.modelled(vllm.__version__)
 
 ROTATE_ENV = "LORA_SCHED_TRACE_ROTATE_MB"
 FLUSH_ENV = "LORA_SCHED_TRACE_FLUSH"
@@ -88,6 +89,20 @@ def config_of(sched: Scheduler, policy: str, *, async_scheduling: bool | None = 
         prefill_schedule_interval=int(getattr(sc, "prefill_schedule_interval", 1) or 1),
         vllm=installed_release(),
     )
+
+
+def unmodelled(sched: Scheduler) -> str | None:
+    """One line naming a vLLM 0.34 admission feature switched on that the model
+    (and fair's index) does not follow, or None."""
+    sc = sched.scheduler_config
+    if getattr(sched, "cache_aware_window", 0):
+        return (f"--cache-aware-admission-window {sc.cache_aware_admission_window} reorders vLLM's waiting "
+                "queue by cached prefix before each scan, which breaks FIFO within an adapter and the wait "
+                "bound; start with --cache-aware-admission-window 0 (or without prefix caching)")
+    if getattr(sc, "max_num_inflight_kv_loads", None) is not None:
+        return (f"--max-num-inflight-kv-loads {sc.max_num_inflight_kv_loads} parks KV loads in a second "
+                "waiting queue (async_kv_waiting) that the model does not follow; start without it")
+    return None
 
 
 class RecorderMixin:
@@ -139,6 +154,9 @@ class RecorderMixin:
             raise RuntimeError("recording needs prefix caching off (--no-enable-prefix-caching)")
         if s.vllm_config.speculative_config is not None:
             raise RuntimeError("recording does not support speculative decoding")
+        why = unmodelled(s)
+        if why is not None:
+            raise RuntimeError(f"recording: {why}")
 
     # ---- hooks ---------------------------------------------------------------
     def add_request(self, request: Any) -> None:

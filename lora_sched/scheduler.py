@@ -44,7 +44,7 @@ from lora_sched.hook import RELEASE, SCHEDULE, SUPPORTED_VLLM, UnsupportedVllm, 
 from lora_sched.policy import make_gate
 from lora_sched.policy.gate import Decision, Gate, ScanContext
 from lora_sched.queues import PLAIN, PassOverQueue, ScanOrderQueue, adapter_of, salvage
-from lora_sched.recorder import RecorderMixin, config_of
+from lora_sched.recorder import RecorderMixin, config_of, unmodelled
 from lora_sched.spec.cap import cap_blocks
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request as SpecRequest
@@ -56,9 +56,6 @@ __all__ = ["CLASSES", "RELEASE", "SUPPORTED_VLLM", "AsyncFairScheduler", "FairSc
 _log = init_logger("vllm.lora_sched")  # under "vllm", whose handlers vLLM configures
 CONFIG_KEY = "lora_sched"
 SETTINGS = {"starvation_steps": Config().starvation_steps}
-
-
-
 
 
 # ---- settings ---------------------------------------------------------------------
@@ -87,8 +84,6 @@ _SKIP = Decision.SKIP.value  # what the hooked `if` reads as vLLM's own skip
 _HOLD = "fair_guard"  # `FairGate.decide`'s reason when it holds a request for r*
 
 
-
-
 # `GateMixin._fault`: what each hook expects of the state it reads.
 _EXPECTED = {
     "enqueue": "a request vLLM queues to be new or tracked",
@@ -111,13 +106,17 @@ class Drift(LookupError):
         self.rid = rid
 
 
-
-
 class HookedMixin:
     """vLLM's `schedule()` with the two hooks; the defaults keep vLLM's behaviour."""
 
     policy_name = "vllm"
     schedule = SCHEDULE
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        why = unmodelled(self)  # type: ignore[arg-type]
+        if why is not None:
+            raise ValueError(f"lora_sched: {self.policy_name} cannot run: {why}")
 
     def _lora_gate(self, request: Request, scheduled_loras: set[int]) -> str:
         """'admit', 'skip' (keep scanning) or 'stop' (end the scan): vLLM's rule."""

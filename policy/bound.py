@@ -3,8 +3,9 @@
 S is `policy.fair.starvation_window` (S x k steps); P the largest prompt, L
 the largest `max_tokens`, W = P + L - 1; Q (Qw) the most requests present
 (waiting) when a step starts; N = min(`max_num_seqs`, Q, `kv_blocks`)
-(`seats`); T = `max_num_batched_tokens`; c the long-prefill threshold
-(chunks = ceil(W / c), 1 when off); k = `prefill_schedule_interval`.
+(`seats`); T = `max_num_batched_tokens`; c the long-prefill threshold the
+release applies (`threshold`: 0.34 ignores it without chunked prefill;
+chunks = ceil(W / c), 1 when off); k = `prefill_schedule_interval`.
 
     F  = floor(N W / T), or floor(N P / (T - N + 1)) where KV is
          unlimited, T >= N and that is fewer                   (starved_steps)
@@ -36,9 +37,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from lora_sched.policy import fair  # S through the module: the guard and B read one window
+from lora_sched.spec import releases
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
 from lora_sched.spec.state import StepRecord, peak_present, peak_waiting
+
+
+def threshold(config: Config) -> int:
+    """c of the module docstring: the long-prefill threshold the release applies
+    (0 on 0.34 without chunked prefill, `spec.releases.prefill_threshold`)."""
+    return releases.prefill_threshold(releases.get(config.vllm), config.long_prefill_token_threshold,
+                                      config.chunked_prefill)
 
 
 def drain_steps(config: Config, *, max_prompt: int, max_output: int, queue: int | None = None) -> int:
@@ -51,7 +60,7 @@ def non_decode_steps(config: Config, *, max_prompt: int, max_output: int, queue:
     """D0 of the module docstring: D less the L - 1 decodes (a request admitted
     with o outputs left stays in `running` at most D0 + o - 1 steps)."""
     work = max_prompt + max_output - 1
-    c = config.long_prefill_token_threshold
+    c = threshold(config)
     chunks = -(-work // c) if c > 0 else 1
     starved = starved_steps(config, seats(config, queue), max_prompt=max_prompt, max_output=max_output, queue=queue)
     return (config.prefill_schedule_interval * (starved + chunks + left_out_steps(config, queue))
@@ -108,7 +117,7 @@ def capacity_admits_star(config: Config, *, max_prompt: int, queue: int | None =
     its whole prompt up to c)."""
     if config.kv_blocks is not None or config.prefill_schedule_interval > 1:
         return False
-    c, chunked = config.long_prefill_token_threshold, config.chunked_prefill
+    c, chunked = threshold(config), config.chunked_prefill
     other = min(max_prompt, c) if c > 0 else (max_prompt if chunked else 1)
     first = 1 if chunked else (min(max_prompt, c) if c > 0 else max_prompt)
     return config.max_num_batched_tokens >= (seats(config, queue) - 1) * other + first
@@ -207,7 +216,7 @@ def head_steps(config: Config, *, max_prompt: int, max_output: int) -> int:
     """H of the module docstring (`head_steps`): the most steps a request is
     the head of `running`, ceil(P / t) + L - 1 with t = T, or c where the
     long-prefill threshold is below it."""
-    c = config.long_prefill_token_threshold
+    c = threshold(config)
     chunk = min(config.max_num_batched_tokens, c) if c > 0 else config.max_num_batched_tokens
     return -(-max_prompt // chunk) + max_output - 1
 

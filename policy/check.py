@@ -28,6 +28,7 @@ from lora_sched.policy.bound import bound_applies, fair_bound
 from lora_sched.policy.costmodel import DEFAULT
 from lora_sched.policy.fair import FairGuard, Waiting, slot_outputs_left, starvation_window
 from lora_sched.policy.replay import Replayer, ReplayResult, due_events
+from lora_sched.spec import releases
 from lora_sched.spec.cap import cap_blocks
 from lora_sched.spec.config import POLICIES, REFERENCE_POLICIES, Config
 from lora_sched.spec.observe import Observer
@@ -188,6 +189,18 @@ class FairHolds:
         self._scanned = False
 
 
+class NoReference(ValueError):
+    """A replay was asked for on a trace whose vLLM release has no reference model."""
+
+
+def replay_off(trace: Trace) -> str | None:
+    """Why a trace is judged without a replay when its release is unregistered, or None."""
+    if trace.unregistered is None:
+        return None
+    return (f"replay: off: vLLM {trace.unregistered} is not in the release registry (supported: "
+            f"{releases.SUPPORTED}); the properties are judged with vLLM {trace.config.vllm}'s semantics")
+
+
 class TraceCheck:
     """Every property and the replay, in one pass over a trace's events.
 
@@ -200,6 +213,11 @@ class TraceCheck:
     """
 
     def __init__(self, trace: Trace, policy: str | None = None, *, keep_waits: bool = True) -> None:
+        if policy is not None and trace.unregistered is not None:
+            raise NoReference(f"{trace.path}: --policy {policy}: the trace was recorded on vLLM "
+                              f"{trace.unregistered}, which the release registry lacks (supported: "
+                              f"{releases.SUPPORTED}), so there is no reference to replay; run without "
+                              f"--policy to judge the properties")
         self.trace = trace
         holds = None
         if trace.config.policy == "fair":
@@ -330,6 +348,8 @@ def format_report(report: CheckReport) -> str:
         lines.append(f"worst wait before first admission: {worst[1]} steps ({worst[0]})")
     if report.replay is not None:
         lines.append(report.replay.describe())
+    elif (off := replay_off(t)) is not None:
+        lines.append(off)
     lines.append("all ok!" if report.ok else "FAILED")
     return "\n".join(lines)
 
@@ -364,6 +384,8 @@ def verdicts(report: CheckReport) -> dict[str, Any]:
     if report.worst_wait is not None:
         rid, wait = report.worst_wait
         out["worst_wait"] = {"request": rid, "steps": wait}
+    if (off := replay_off(t)) is not None:
+        out["replay_off"] = off
     r = report.replay
     if r is not None:
         out["replay"] = {"policy": r.policy, "verdict": "ok" if r.ok else "diverged", "matched": r.matched,
@@ -398,6 +420,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         report = check_file(args.trace, args.policy,
                             progress=None if args.quiet else lambda line: print(line, file=sys.stderr, flush=True))
+    except NoReference as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except TraceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         if args.json:

@@ -298,8 +298,10 @@ def no_hol_blocking(view: StepView, holds: PolicyHolds | None = None) -> Violati
         need = view.num_tokens[rid] - view.computed[rid]
         if rec.throttle and need > 1:
             return None  # declared stop: a throttled step defers prefills (DP prefill balancing)
-        if len(rec.running) + len(rec.waiting) > 1 and 0 < cfg.long_prefill_token_threshold < need:
-            need = cfg.long_prefill_token_threshold  # vLLM caps the chunk before this check
+        threshold = releases.prefill_threshold(releases.get(cfg.vllm), cfg.long_prefill_token_threshold,
+                                               cfg.chunked_prefill)
+        if len(rec.running) + len(rec.waiting) > 1 and 0 < threshold < need:
+            need = threshold  # vLLM caps the chunk before this check
         if not cfg.chunked_prefill and need > budget:
             return None  # declared stop: prefill does not fit without chunking
         if cfg.kv_blocks is not None and blocks_for(view.num_tokens[rid], cfg.block_size) > cfg.kv_blocks - used:

@@ -7,8 +7,12 @@ every one in `self.running`, 1038-1047); `prefill_cadence`, who applies
 `--prefill-schedule-interval` (the DP engine core, `DPEngineCoreProc` in
 `vllm/v1/engine/core.py` / the scheduler, 396-425, 771-791, 1621-1629);
 `priority_self_preempt` (`break` / `continue`, 982-992); `zero_token_waiting`
-(`break` / skip, 1394-1398; unreachable in the model). Each in full, with its
-consumers: docs/conformance.md, "The releases' differences".
+(`break` / skip, 1394-1398; unreachable in the model); `threshold_chunked_only`,
+whether `--long-prefill-token-threshold` applies only with chunked prefill on
+(0.34.0's scheduler.py 775-779; 0.32 and 0.33 cut prompts at it either way).
+0.34's waiting scan is `while True:` with a `loads_only` branch (1091-1113),
+the same admission as 0.33's while no in-flight KV-load limit is set. Each in
+full, with its consumers: docs/conformance.md, "The releases' differences".
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class Release:
     prefill_cadence: str  # "dp_engine" | "scheduler"
     priority_self_preempt: str  # "stop" | "skip"
     zero_token_waiting: str  # "stop" | "skip"
+    threshold_chunked_only: bool = False  # long_prefill_token_threshold ignored without chunked prefill
 
     @property
     def pattern(self) -> str:
@@ -45,6 +50,8 @@ RELEASES: dict[str, Release] = {
                 priority_self_preempt="stop", zero_token_waiting="stop"),
         Release("0.33", cap_counts="running", prefill_cadence="scheduler",
                 priority_self_preempt="skip", zero_token_waiting="skip"),
+        Release("0.34", cap_counts="running", prefill_cadence="scheduler",
+                priority_self_preempt="skip", zero_token_waiting="skip", threshold_chunked_only=True),
     )
 }
 NEWEST = max(RELEASES, key=lambda n: tuple(int(x) for x in n.split(".")))
@@ -65,6 +72,11 @@ def release_name(version: str) -> str:
     return f"{int(m.group(1))}.{int(m.group(2))}"
 
 
+def prefill_threshold(release: Release, threshold: int, chunked_prefill: bool) -> int:
+    """The `--long-prefill-token-threshold` the release applies (0: none)."""
+    return 0 if release.threshold_chunked_only and not chunked_prefill else threshold
+
+
 _GOT: dict[str, Release] = {}  # `get`'s answers so far (the checker asks at every step)
 
 
@@ -80,6 +92,28 @@ def get(name: str) -> Release:
         raise UnknownRelease(f"vLLM {name} is not a supported release (supported: {SUPPORTED})")
     _GOT[name] = RELEASES[key]
     return RELEASES[key]
+
+
+def unregistered(source: str) -> str | None:
+    """The vLLM version a trace's `source` names when the registry lacks its
+    release (`vllm 0.35.0` -> `0.35.0`), else None. Such a trace is judged
+    with `NEWEST`'s semantics and has no reference to replay against."""
+    m = _IN_SOURCE.search(source)
+    if m is None:
+        return None
+    try:
+        return None if release_name(m.group(1)) in RELEASES else m.group(1)
+    except UnknownRelease:
+        return None
+
+
+def modelled(version: str) -> str:
+    """The release whose semantics judge vLLM `version`: its own, or `NEWEST`
+    for a version the registry lacks (a later release, a dev build)."""
+    try:
+        return get(version).name
+    except UnknownRelease:
+        return NEWEST
 
 
 def from_source(source: str) -> str | None:

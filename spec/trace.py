@@ -75,6 +75,11 @@ class Trace:
     def steps(self) -> list[StepRecord]:
         return [e.rec for e in self.events if isinstance(e, Step)]
 
+    @property
+    def unregistered(self) -> str | None:
+        """The vLLM version `source` names when the registry lacks it (no replay)."""
+        return releases.unregistered(self.source)
+
 
 class TraceWriter:
     """Writes one event a line and flushes it (and fsyncs on close).
@@ -162,11 +167,17 @@ class TraceWriter:
 def _release(head: dict[str, Any], source: str, err) -> str:
     """The vLLM release a header selects: the one its `source` names (a
     recorded trace: `vllm 0.33.0`), else its config's `vllm` key (a reference
-    trace), else `releases.LEGACY`. Both given and different: inconsistent."""
-    try:
-        named = releases.from_source(source)
-    except releases.UnknownRelease as exc:
-        raise err(f"source {source!r}: {exc}") from None
+    trace), else `releases.LEGACY`. Both given and different: inconsistent.
+    A release the registry lacks (`vllm 0.35.0`) selects `releases.NEWEST`'s
+    semantics; the trace has no reference to replay against
+    (`releases.unregistered`)."""
+    if releases.unregistered(source) is not None:
+        named = releases.NEWEST
+    else:
+        try:
+            named = releases.from_source(source)
+        except releases.UnknownRelease as exc:
+            raise err(f"source {source!r}: {exc}") from None
     raw = head.get("config", {})
     keyed = raw.get("vllm") if isinstance(raw, dict) else None
     if named is not None and keyed is not None and keyed != named:

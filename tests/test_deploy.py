@@ -1,8 +1,8 @@
 """The shipped scheduler classes: structural hook, refusal on unknown vLLM, settings.
 
 Runs on each supported release (`make test` runs it under .venv, vLLM 0.32,
-and .venv-033, vLLM 0.33), so the hooks are tested on both real sources and
-on synthetic changes of each.
+and each release venv, 0.33 and 0.34), so the hooks are tested on every real
+source and on synthetic changes of each.
 
 The classes' behaviour is checked step for step against the reference by the
 in-process conformance tests and, with the README's own command line, by
@@ -52,7 +52,7 @@ def test_hook_adds_two_calls_and_keeps_every_other_statement(deploy, source, vll
 @pytest.mark.parametrize("change, what", [
     (("# Scheduling would exceed max_loras, skip.\n                    skip_request(request_queue)",
       "self._skip_for_lora(request_queue)"), "LoRA-cap"),
-    (("while token_budget > 0:", "while token_budget >= 1 and True:"), "waiting-scan"),
+    (("if not preempted_reqs and self._pause_state", "if not _preempted and self._pause_state"), "waiting-scan"),
 ])
 def test_unknown_schedule_shape_refuses_to_load(deploy, source, change, what):
     """A vLLM whose schedule() no longer has the shapes the hooks need makes
@@ -66,19 +66,19 @@ def test_unknown_schedule_shape_refuses_to_load(deploy, source, change, what):
 
 
 @pytest.mark.parametrize("version, release", [
-    ("0.32.0", "0.32"), ("0.32.3", "0.32"), ("0.33.0", "0.33"), ("0.33.1+cpu", "0.33"),
+    ("0.32.0", "0.32"), ("0.32.3", "0.32"), ("0.33.0", "0.33"), ("0.33.1+cpu", "0.33"), ("0.34.0", "0.34"),
 ])
 def test_supported_releases_load(deploy, version, release):
     assert deploy.check_version(version) == release
 
 
-@pytest.mark.parametrize("version", ["0.31.2", "0.34.0", "1.0.0", "0.3", "nightly"])
+@pytest.mark.parametrize("version", ["0.31.2", "0.35.0", "1.0.0", "0.3", "nightly"])
 def test_other_releases_refuse_to_load(deploy, version):
     """Any vLLM outside the registry is refused, naming it and the supported range."""
     with pytest.raises(deploy.UnsupportedVllm) as info:
         deploy.check_version(version)
     msg = str(info.value)
-    assert f"vLLM {version}" in msg and "0.32.x, 0.33.x" in msg
+    assert f"vLLM {version}" in msg and "0.32.x, 0.33.x, 0.34.x" in msg
 
 
 def test_installed_vllm_is_the_release_the_classes_run():
@@ -86,7 +86,7 @@ def test_installed_vllm_is_the_release_the_classes_run():
 
     deploy = importlib.import_module("lora_sched.scheduler")
     assert deploy.RELEASE == vllm.__version__.rsplit(".", vllm.__version__.count(".") - 1)[0]
-    assert deploy.RELEASE in ("0.32", "0.33")
+    assert deploy.RELEASE in ("0.32", "0.33", "0.34")
 
 
 def test_duplicated_shape_refuses_to_load(deploy, source):
@@ -149,7 +149,7 @@ def test_fair_forgets_every_request_it_served():
 # ---- r* first in vLLM's own FCFS deque: `GateMixin._put_first` / `_put_back` ---------------
 
 def _scan_like_vllm(sched, outcomes: list[str]) -> list[str]:
-    """Run one waiting scan over `sched.waiting` as vLLM 0.32 / 0.33 do: peek
+    """Run one waiting scan over `sched.waiting` as vLLM 0.32-0.34 do: peek
     the head; skip (pop it, `appendleft` to the step's skipped deque), admit
     (pop it) or stop; then `prepend_requests` the skipped ones (`extendleft`,
     so they come back in visit order). Returns the admitted ids."""
@@ -239,7 +239,7 @@ def _vllm_loop(queue, owner, skips, outcomes: list[str]) -> tuple[list[tuple[str
 
 def _model_scan(policy: str, adapters: list[int], plain: list[bool], deferred: list[bool], priority: list[int],
                 held: frozenset[int], tail_len: int, outcomes: list[str]):
-    """One waiting scan as vLLM 0.32 / 0.33's loop runs it (ask, peek, decide,
+    """One waiting scan as vLLM 0.32-0.34's loop runs it (ask, peek, decide,
     pop; the skipped requests prepended at the end), over vLLM's own queue
     bare and through `PassOverQueue` (tally and tail as the driver gives
     them): returns (bare queue, its owner, wrapped queue, its owner, admitted
@@ -514,3 +514,52 @@ def test_the_deploy_classes_load_no_tool_dependency():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"})
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+# ---- vLLM 0.34's admission features the model does not follow ----------------------
+
+_UNMODELLED = [  # (scheduler config, prefix caching, the classes' flag, the recorder's)
+    ({"cache_aware_admission_window": 4}, True, "--cache-aware-admission-window 4", "--no-enable-prefix-caching"),
+    ({"max_num_inflight_kv_loads": 2}, False, "--max-num-inflight-kv-loads 2", "--max-num-inflight-kv-loads 2"),
+]
+
+
+@pytest.mark.parametrize("scheduler, prefix_caching, flag, recorder_flag", _UNMODELLED)
+def test_unmodelled_admission_features_refuse_to_start(scheduler, prefix_caching, flag, recorder_flag):
+    """With a 0.34 feature on that reorders or splits `waiting` behind fair's
+    back, the deploy classes and the recorder refuse to start in one line
+    naming the flag; stock vLLM builds the same config. Releases before 0.34
+    have no such setting (so nothing to refuse)."""
+    import copy
+
+    from lora_sched.conformance.inprocess import make_scheduler
+    from lora_sched.spec.config import Config
+    from vllm.config import SchedulerConfig
+
+    from lora_sched.scheduler import CLASSES
+
+    field = next(iter(scheduler))
+    if field not in SchedulerConfig.__dataclass_fields__:
+        from lora_sched.recorder import installed_release
+
+        assert installed_release() in ("0.32", "0.33")
+        return
+    stock = make_scheduler(Config(), "vllm")
+    vllm_config = copy.deepcopy(stock.vllm_config)
+    for key, value in scheduler.items():
+        setattr(vllm_config.scheduler_config, key, value)
+    vllm_config.cache_config.enable_prefix_caching = prefix_caching
+    args = dict(vllm_config=vllm_config, kv_cache_config=stock.kv_cache_config,
+                structured_output_manager=stock.structured_output_manager, block_size=stock.block_size,
+                log_stats=False)
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    Scheduler(**args)  # stock vLLM starts with it
+    for cls in (c for pair in CLASSES.values() for c in pair):
+        with pytest.raises(ValueError) as info:
+            cls(**args)
+        msg = str(info.value)
+        assert "\n" not in msg and flag in msg and msg.startswith("lora_sched: "), msg
+    recorder = type(stock)(**args)
+    with pytest.raises(RuntimeError, match=recorder_flag):
+        recorder.start_recording("/dev/null")

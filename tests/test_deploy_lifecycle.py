@@ -84,12 +84,9 @@ def _sampled(sched, out) -> set[str]:
 
 
 def _output(out, sampled: set[str]):
-    from vllm.v1.outputs import ModelRunnerOutput
+    from lora_sched.conformance.inprocess import model_output
 
-    ids = list(out.num_scheduled_tokens)
-    return ModelRunnerOutput(req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
-                             sampled_token_ids=[[TOKEN] if rid in sampled else [] for rid in ids], logprobs=None,
-                             prompt_logprobs_dict={}, pooler_output=[])
+    return model_output(list(out.num_scheduled_tokens), sampled)
 
 
 def add(case: Case, request) -> None:

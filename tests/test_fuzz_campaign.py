@@ -39,6 +39,7 @@ def cluster():
     c.shutdown()
 
 
+@pytest.mark.full  # a two-node Ray cluster: minutes on 2 cores (make test-full)
 def test_campaign_on_two_nodes(cluster, tmp_path) -> None:
     opts = Options(count=COUNT, workers=2, chunk=4, address=cluster.address, replay_against="blocking",
                    shrink_runs=300, progress_every=5.0)

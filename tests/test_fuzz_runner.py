@@ -3,7 +3,7 @@
 Seed 1029 is the first workload of the campaign from seed 0 that trips vLLM
 0.32's `assert len(scheduled_loras) <= max_loras` under the DP prefill
 throttle (docs/findings.md 1, docs/fuzz.md). On vLLM 0.33 (`make test` runs
-this file under .venv-033 too) the same workload runs clean: 0.33 counts every
+this file under the release venvs too) the same workload runs clean: 0.33 counts every
 running request's adapter.
 """
 
@@ -27,9 +27,9 @@ SEED = 1029
 def test_vllm_crash_is_a_finding_with_the_trace_up_to_it(tmp_path) -> None:
     case = generate(SEED)
     res = run_case(case, tmp_path / "t.jsonl")
-    if installed_release() == "0.33":
+    if installed_release() != "0.32":
         assert not res.failures, [f.message for f in res.failures]
-        assert read_trace(tmp_path / "t.jsonl").config.vllm == "0.33"
+        assert read_trace(tmp_path / "t.jsonl").config.vllm == installed_release()
         return
     assert CRASH in res.signatures, (f"seed {SEED} no longer crashes vLLM (was the generator changed?)",
                                      [f.message for f in res.failures])
@@ -67,3 +67,36 @@ def installed_release() -> str:
     from lora_sched.recorder import installed_release  # imports vLLM: only when these tests run
 
     return installed_release()
+
+
+# A vLLM the release registry lacks: the interpreter's vLLM reports 0.40.1
+# before lora_sched is imported (as a dev build or a later release would).
+_AS_0401 = "import sys, vllm\nvllm.__version__ = '0.40.1'\n"
+
+
+def test_an_unregistered_vllm_is_fuzzed_without_a_replay_and_refused_by_conform(tmp_path) -> None:
+    """`conform` needs a reference: one line, exit 2. A fuzz case of the
+    project's classes (which refuse to load there) runs stock vLLM; its trace
+    names 0.40.1, is judged with the newest release's semantics and is not
+    replayed, so nothing is a finding."""
+    import subprocess
+    import sys
+
+    conform = subprocess.run(
+        [sys.executable, "-c", _AS_0401 + "from lora_sched.cli import main\nsys.exit(main(sys.argv[1:]))",
+         "conform", "--in-process", "--scenario", "starvation", "--policy", "fair", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300)
+    assert conform.returncode == 2 and conform.stdout == "", conform.stdout
+    assert conform.stderr.strip().count("\n") == 0, conform.stderr
+    assert "vLLM 0.40.1 is not in the release registry" in conform.stderr and "0.34.x" in conform.stderr
+    seed = next(s for s in range(100) if generate(s).config.policy == "fair")
+    case = (_AS_0401 + "import json\nfrom lora_sched.fuzz.runner import run_case\n"
+            "from lora_sched.fuzz.space import generate\n"
+            f"res = run_case(generate({seed}), {str(tmp_path / 't.jsonl')!r})\n"
+            "print(json.dumps([f.signature for f in res.failures]))\n")
+    run = subprocess.run([sys.executable, "-c", case], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().splitlines()[-1] == "[]"
+    trace = read_trace(tmp_path / "t.jsonl")
+    assert trace.source == "vllm 0.40.1" and trace.unregistered == "0.40.1" and trace.config.policy == "vllm"
+    assert trace.steps()

@@ -382,7 +382,7 @@ def test_smt_step_equals_python_step(policy: str, mode: str) -> None:
 
 def test_an_encoding_that_counts_s_in_steps_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The encoding's guard reads `Params.window` (S prefill cadences, S x k
-    steps); planted to read S itself (v11's count), the comparison with the
+    steps); planted to read S itself (cadences counted as steps), the comparison with the
     reference fails under the DP throttle, which is what pins the window
     (`fair-wait-S1-throttle`'s worst wait is 4 either way)."""
     monkeypatch.setattr(enc.Params, "window", property(lambda self: self.S))
@@ -390,6 +390,7 @@ def test_an_encoding_that_counts_s_in_steps_is_caught(monkeypatch: pytest.Monkey
         compare("fair", "async_throttle", MODES["async_throttle"], STEPS_PER_CASE * 2)
 
 
+@pytest.mark.full  # minutes of Z3 (make test-full); make test compares the sync and async-throttle modes above
 @pytest.mark.parametrize("mode", GENERAL)
 @pytest.mark.parametrize("policy", enc.POLICIES)
 def test_smt_step_equals_python_step_kv_priority(policy: str, mode: str) -> None:

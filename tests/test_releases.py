@@ -37,25 +37,25 @@ CAPS = {"batch_lora_cap", "running_lora_cap"}
 # ---- the registry ----------------------------------------------------------------
 
 def test_registry_lists_the_supported_releases():
-    assert list(releases.RELEASES) == ["0.32", "0.33"]
-    assert releases.NEWEST == "0.33" and releases.LEGACY == "0.32"
-    assert releases.SUPPORTED == "0.32.x, 0.33.x"
+    assert list(releases.RELEASES) == ["0.32", "0.33", "0.34"]
+    assert releases.NEWEST == "0.34" and releases.LEGACY == "0.32"
+    assert releases.SUPPORTED == "0.32.x, 0.33.x, 0.34.x"
     assert releases.get("0.33.0") is releases.RELEASES["0.33"]
     assert releases.get("0.32.7+cpu").name == "0.32"
     assert releases.RELEASES["0.33"].covers("0.33.1") and not releases.RELEASES["0.33"].covers("0.32.0")
 
 
-@pytest.mark.parametrize("bad", ["0.34.0", "0.31", "1.0.0", "latest", ""])
+@pytest.mark.parametrize("bad", ["0.35.0", "0.31", "1.0.0", "latest", ""])
 def test_unknown_release_is_named_with_the_supported_ones(bad):
     with pytest.raises(releases.UnknownRelease) as info:
         releases.get(bad)
     assert repr(bad) in str(info.value) or f"vLLM {bad} " in str(info.value)
-    assert "0.32.x, 0.33.x" in str(info.value)
+    assert "0.32.x, 0.33.x, 0.34.x" in str(info.value)
 
 
 def test_config_rejects_an_unknown_release():
-    with pytest.raises(ConfigError, match=r"vllm must be a supported release \(0.32, 0.33\), got '0.34'"):
-        Config(vllm="0.34")
+    with pytest.raises(ConfigError, match=r"vllm must be a supported release \(0.32, 0.33, 0.34\), got '0.35'"):
+        Config(vllm="0.35")
     assert Config().vllm == "0.32"  # the release the Z3 encoding models
 
 
@@ -86,11 +86,20 @@ def test_source_selects_the_release(tmp_path, source, config, want):
     assert read_trace(_trace(tmp_path, source, config)).config.vllm == want
 
 
+@pytest.mark.parametrize("source, unregistered", [
+    ("vllm 0.35.0", "0.35.0"), ("vllm 0.31.1", "0.31.1"), ("vllm 0.36.0.dev12+g1a2b3c", "0.36.0.dev12+g1a2b3c"),
+    ("vllm 0.34.1", None), ("lora-sched reference", None),
+])
+def test_an_unregistered_release_is_read_with_the_newest_semantics(tmp_path, source, unregistered):
+    trace = read_trace(_trace(tmp_path, source, {}))
+    assert trace.unregistered == unregistered
+    if unregistered is not None:
+        assert trace.config.vllm == releases.NEWEST
+
+
 @pytest.mark.parametrize("source, config, needle", [
-    ("vllm 0.34.0", {}, "source 'vllm 0.34.0': vLLM 0.34.0 is not a supported release (supported: 0.32.x, 0.33.x)"),
-    ("vllm 0.31.1", {}, "vLLM 0.31.1 is not a supported release (supported: 0.32.x, 0.33.x)"),
     ("vllm 0.33.0", {"vllm": "0.32"}, "source 'vllm 0.33.0' names vLLM 0.33 but config says vllm '0.32'"),
-    ("lora-sched reference", {"vllm": "0.9"}, "vllm must be a supported release (0.32, 0.33), got '0.9'"),
+    ("lora-sched reference", {"vllm": "0.9"}, "vllm must be a supported release (0.32, 0.33, 0.34), got '0.9'"),
 ])
 def test_unknown_or_inconsistent_release_is_a_trace_error(tmp_path, source, config, needle):
     with pytest.raises(TraceError) as info:
@@ -117,7 +126,7 @@ SELF_PREEMPT = (Config(max_num_seqs=4, max_num_batched_tokens=16, block_size=2, 
                 Workload([Request("r0", 0, 1, 3, 1, 2), Request("r1", 0, 2, 2, 2, 1)]))
 
 
-@pytest.mark.parametrize("release, step3", [("0.32", {}), ("0.33", {"r1": 1})])
+@pytest.mark.parametrize("release, step3", [("0.32", {}), ("0.33", {"r1": 1}), ("0.34", {"r1": 1})])
 def test_priority_self_preemption_per_release(release, step3):
     cfg, wl = SELF_PREEMPT
     recs = {r.step: r for r in run(replace(cfg, vllm=release), wl).records}
@@ -162,12 +171,33 @@ CADENCE = (Config(max_num_batched_tokens=4, max_num_seqs=4, prefill_schedule_int
 @pytest.mark.parametrize("release, off, p_admitted", [
     ("0.32", [2, 3, 5, 6, 8, 9, 11], 4),
     ("0.33", [4, 5, 7, 8, 9, 11], 3),
+    ("0.34", [4, 5, 7, 8, 9, 11], 3),
 ])
 def test_prefill_cadence_per_release(release, off, p_admitted):
     cfg, wl = CADENCE
     recs = run(replace(cfg, vllm=release), wl).records
     assert [r.step for r in recs if r.throttle] == off
     assert next(r.step for r in recs if "p" in r.admitted) == p_admitted
+
+
+# Chunked prefill off, threshold 8, two requests eligible: 0.32 and 0.33 cut
+# a's 20-token prompt at the threshold; 0.34 applies it only with chunked
+# prefill on (0.34.0's scheduler.py 775-779) and schedules it whole.
+THRESHOLD = (Config(max_num_seqs=4, max_num_batched_tokens=32, chunked_prefill=False, long_prefill_token_threshold=8),
+             Workload([Request("a", 0, 20, 2, 1), Request("b", 0, 2, 8, 1)]))
+
+
+@pytest.mark.parametrize("release, chunks", [("0.32", [8, 8, 4]), ("0.33", [8, 8, 4]), ("0.34", [20])])
+def test_long_prefill_threshold_per_release(release, chunks):
+    cfg, wl = THRESHOLD
+    got, done = [], 0
+    for rec in run(replace(cfg, vllm=release), wl).records:
+        if done < 20 and "a" in rec.scheduled:
+            got.append(rec.scheduled["a"])
+            done += rec.scheduled["a"]
+    assert got == chunks
+    on = run(replace(cfg, vllm=release, chunked_prefill=True), wl).records
+    assert next(r.scheduled["a"] for r in on if "a" in r.scheduled) == 8  # with chunked prefill every release cuts
 
 
 def test_claims_per_release():
@@ -250,7 +280,8 @@ def _cli(*args: str):
                           cwd=ROOT, timeout=120)
 
 
-@pytest.mark.parametrize("flag, want", [((), "0.33"), (("--vllm", "0.32"), "0.32"), (("--vllm", "0.33"), "0.33")])
+@pytest.mark.parametrize("flag, want", [((), "0.34"), (("--vllm", "0.32"), "0.32"), (("--vllm", "0.33"), "0.33"),
+                                        (("--vllm", "0.34"), "0.34")])
 def test_simulate_takes_the_release_and_check_follows_it(tmp_path, flag, want):
     out = tmp_path / "t.jsonl"
     sim = _cli("simulate", "--policy", "vllm", "--scenario", "priority", "--out", str(out), *flag)
@@ -261,13 +292,30 @@ def test_simulate_takes_the_release_and_check_follows_it(tmp_path, flag, want):
 
 
 def test_simulate_refuses_an_unknown_release(tmp_path):
-    sim = _cli("simulate", "--vllm", "0.34", "--out", str(tmp_path / "t.jsonl"))
-    assert sim.returncode == 2 and "--vllm: invalid choice: '0.34'" in sim.stderr and "'0.33'" in sim.stderr
+    sim = _cli("simulate", "--vllm", "0.35", "--out", str(tmp_path / "t.jsonl"))
+    assert sim.returncode == 2 and "--vllm: invalid choice: '0.35'" in sim.stderr and "'0.34'" in sim.stderr
 
 
-def test_check_names_an_unknown_release_in_the_source(tmp_path):
-    path = _trace(tmp_path, "vllm 0.40.1", {})
+def test_check_judges_an_unregistered_release_without_a_replay(tmp_path):
+    """A trace recorded on a vLLM the registry lacks: `check` judges every
+    property (blocking's no_hol_blocking violation is still found) and says
+    the replay is off; `check --policy` has no reference and says so in one
+    line, exit 2."""
+    ref = tmp_path / "ref.jsonl"
+    assert _cli("simulate", "--scenario", "seed", "--policy", "blocking", "--vllm", "0.34",
+                "--out", str(ref)).returncode == 0
+    path = tmp_path / "t.jsonl"
+    path.write_text(ref.read_text().replace('"source":"lora-sched reference"', '"source":"vllm 0.40.1"', 1))
     chk = _cli("check", str(path))
-    assert chk.returncode == 2
-    assert "t.jsonl:1: source 'vllm 0.40.1': vLLM 0.40.1 is not a supported release (supported: 0.32.x, 0.33.x)" \
-        in chk.stderr, chk.stderr
+    assert chk.returncode == 1 and "no_hol_blocking ... VIOLATED at step 1" in chk.stdout, chk.stdout
+    assert "capacity ... ok" in chk.stdout
+    assert ("replay: off: vLLM 0.40.1 is not in the release registry (supported: 0.32.x, 0.33.x, 0.34.x); "
+            "the properties are judged with vLLM 0.34's semantics") in chk.stdout, chk.stdout
+    js = json.loads(_cli("check", str(path), "--json").stdout)
+    assert "0.40.1" in js["replay_off"] and "replay" not in js
+    rep = _cli("check", str(path), "--policy", "blocking")
+    assert rep.returncode == 2 and rep.stdout == "", rep.stdout
+    assert rep.stderr.count("\n") == 1 and "--policy blocking: the trace was recorded on vLLM 0.40.1, which the " \
+        "release registry lacks" in rep.stderr, rep.stderr
+
+

@@ -8,7 +8,7 @@ exactly the step the reference predicts, the trace up to it replays step for
 step; `lora_sched.scheduler.FairScheduler` completes it with both caps; and
 the patch of `docs/findings.md` applied to vLLM's `scheduler.py` fixes it.
 
-On vLLM 0.33 (`make test` runs this file under .venv-033 too) the same
+On vLLM 0.33 (`make test` runs this file under the release venvs too) the same
 workload runs to completion with both caps: 0.33's scheduler counts every
 running request's adapter (scheduler.py 1038-1047, the patch's line), so the
 patch no longer applies, and the trace replays against the 0.33 reference.
@@ -59,10 +59,10 @@ def test_search_finds_a_three_request_crash(crash):
 def test_stock_vllm_on_the_crash(crash, tmp_path):
     """0.32 trips its max_loras assert at the step the reference flags; 0.33 completes it with both caps."""
     path = tmp_path / "stock.jsonl"
-    if installed_release() == "0.33":
+    if installed_release() != "0.32":
         run_workload(CONFIG, crash.workload, path)
         report = check_trace(str(path), policy="vllm")
-        assert report.trace.config.vllm == "0.33" and report.replay is not None and report.replay.ok, \
+        assert report.trace.config.vllm == installed_release() and report.replay is not None and report.replay.ok, \
             report.replay.describe() if report.replay else None
         assert report.trace.complete and not CAPS & set(report.first), report.first
         assert any(s.throttle for s in report.trace.steps())  # the scheduler's own cadence held prefills
@@ -118,7 +118,7 @@ def test_upstream_patch_fixes_the_crash(crash, tmp_path):
     """`docs/vllm-0.32-lora-cap.patch` (count every running request's adapter)
     applied to vLLM's own scheduler.py: the crashing workload completes and
     keeps both caps. On 0.33 upstream has the patch's line, so it no longer applies."""
-    if installed_release() == "0.33":
+    if installed_release() != "0.32":
         import vllm.v1.core.sched.scheduler as stock
 
         text = Path(stock.__file__).read_text()

@@ -165,6 +165,7 @@ def test_instances_that_differ_before_the_split_are_refused(pairs):
         judge(cfg, x, y, split + 1)
 
 
+@pytest.mark.xdist_group("bench_online")  # one worker computes the session fixture
 def test_the_entry_points_judge_the_saved_pairs(bench_online, capsys):
     """`python -m experiments.online` and `python -m experiments.cli --online`: a line
     per case and measure, exit 0, and the verdicts as JSON under --out."""
@@ -177,7 +178,7 @@ def test_the_entry_points_judge_the_saved_pairs(bench_online, capsys):
     assert out.count("... ok.") == len(CASES) * len(MEASURES)
     rc, cli_out, out_dir = bench_online
     assert rc == 0
-    assert cli_out.split("(bench.relief):")[0].count("... ok.") == len(CASES) * len(MEASURES)
+    assert cli_out.split("(experiments.relief):")[0].count("... ok.") == len(CASES) * len(MEASURES)
     saved = json.loads((out_dir / "online.json").read_text())["verdicts"]
     assert [(tuple(v["pair"]), v["measure"], v["escapes"]) for v in saved] == \
         [(pair, m, 0) for pair, _ in CASES for m in MEASURES]

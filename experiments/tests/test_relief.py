@@ -219,13 +219,14 @@ def test_the_search_finds_a_pair_the_judge_confirms():
     assert v.escapes == 0 and valid(v) and v.price < v.floor
 
 
+@pytest.mark.xdist_group("bench_online")  # one worker computes the session fixture
 def test_the_entry_points_judge_the_saved_pairs(bench_online, capsys):
     """`python -m experiments.cli --online`: after the online pairs, a line per relief
     pair and measure, exit 0, the verdicts as JSON under --out; and
     `python -m experiments.relief --search` prints the pair it finds."""
     rc, out, tmp_path = bench_online
     assert rc == 0
-    out = out.split("(bench.relief):")[1]
+    out = out.split("(experiments.relief):")[1]
     assert out.count("... ok.") == sum(len(MEASURES) + len(p.scales) for p in PAIRS)
     assert out.count("of them meeting the goal on Y: 0 (must be 0)") == len(PAIRS) * len(MEASURES)
     saved = json.loads((tmp_path / "relief.json").read_text())["verdicts"]

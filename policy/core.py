@@ -146,11 +146,10 @@ class Scheduler:
         `throttle` is vLLM's `schedule(throttle_prefills=...)` argument, which
         the data-parallel engine core sets on off-cadence steps
         (`spec.config.throttled`). Where the release's scheduler keeps its own
-        cadence instead (`prefill_cadence == "scheduler"`, 0.33, no `throttle`
-        allowed) a step is off-cadence while fewer than
-        `prefill_schedule_interval` executed steps have passed since the last
-        one that carried a prefill; the record's `throttle` says whether the
-        step was off-cadence either way."""
+        cadence too (`prefill_cadence == "scheduler"`, 0.33 and 0.34) a step is
+        also off-cadence while fewer than `prefill_schedule_interval` executed
+        steps have passed since the last one that carried a prefill; the
+        record's `throttle` says whether the step was off-cadence either way."""
         st = self.state
         if step <= st.step and st.step != 0:
             raise ScheduleError(f"step {step} does not follow step {st.step}")
@@ -182,11 +181,11 @@ class Scheduler:
         st, cfg = self.state, self.config
         k = cfg.prefill_schedule_interval
         if self.release.prefill_cadence == "scheduler":
-            if throttle:
-                raise ScheduleError(f"step {step}: throttle_prefills from the engine core, but vLLM "
-                                    f"{self.release.name}'s model is an engine without DP coordination, "
-                                    "whose scheduler keeps the prefill cadence itself")
-            throttle = k > 1 and (self._executed + 1) - self._last_prefill < k
+            # The engine core's `throttle_prefills` (a DP rank's input) or the
+            # scheduler's own cadence (0.33.0's scheduler.py 748-791): either
+            # defers prefills, and the cadence's state (`_executed`,
+            # `_last_prefill`) moves the same way on every step, input or not.
+            throttle = throttle or (k > 1 and (self._executed + 1) - self._last_prefill < k)
         rec = StepRecord(step, list(st.waiting), list(st.running), {}, [], [], [], throttle)
         prefill = False  # a prefill chunk scheduled, or a prefill admitted (0.33's cadence restart)
         # DP prefill balancing: on a throttled step defer prefill compute,
@@ -195,7 +194,8 @@ class Scheduler:
                  and any(not st.reqs[r].is_prefill_chunk for r in st.running))
         budget = cfg.max_num_batched_tokens
         n_eligible = len(st.running) + len(st.waiting)
-        threshold = cfg.long_prefill_token_threshold if n_eligible > 1 else 0
+        threshold = releases.prefill_threshold(self.release, cfg.long_prefill_token_threshold,
+                                               cfg.chunked_prefill) if n_eligible > 1 else 0
         scheduled_running: list[str] = []
 
         # First, schedule the RUNNING requests.

@@ -2,10 +2,12 @@
 
 The reference gets the trace's arrivals and aborts at the steps they name and
 schedules every step the trace records; it must produce the same queue
-orders, scheduled tokens, admissions, preemptions and finishes, and, on a
-release whose scheduler keeps the prefill cadence (0.33), the same
-off-cadence steps (on 0.32 a step's `throttle` is the engine core's input). The first
-divergence is reported with the state around it.
+orders, scheduled tokens, admissions, preemptions and finishes. A step's
+`throttle` is read as the engine core's input (a DP rank's
+`throttle_prefills`); on a release whose scheduler also keeps its own prefill
+cadence (0.33, 0.34) vLLM defers prefills on either, so the reference must
+not mark a step the trace leaves unmarked. The first divergence is reported
+with the state around it.
 """
 
 from __future__ import annotations
@@ -137,10 +139,11 @@ class Replayer:
         if self.divergence is not None:
             return
         config = self.config
-        # 0.32: the DP engine core's throttle is an input of the step; 0.33's
-        # scheduler keeps the cadence, so the trace's marks must match the reference's.
+        # The trace's throttle is the step's input on every release; where the
+        # scheduler keeps its own cadence too (0.33, 0.34) the reference ORs
+        # it in, and the marks must then match.
         by_engine = self.sched.release.prefill_cadence == "dp_engine"
-        ours = self._ours_last = self.sched.step(ev.rec.step, throttle=ev.rec.throttle if by_engine else False)
+        ours = self._ours_last = self.sched.step(ev.rec.step, throttle=ev.rec.throttle)
         rec = ev.rec
         if (ours.scheduled == rec.scheduled and ours.waiting == rec.waiting and ours.running == rec.running
                 and ours.admitted == rec.admitted and ours.preempted == rec.preempted

@@ -209,8 +209,8 @@ def test_claims_per_release():
     assert "no_hol_blocking" not in claims("blocking", Config(vllm="0.33"))
 
 
-@pytest.mark.parametrize("release", ["0.32", "0.33"])
-def test_starvation_on_both_releases(release):
+@pytest.mark.parametrize("release", list(releases.RELEASES))
+def test_starvation_on_every_release(release):
     """0.33 fixed the cap's set, not the skip: on the starvation stream the
     adapter-3 request still waits for the whole stream under `vllm`."""
     from lora_sched.policy.scenarios import SCENARIOS

@@ -23,6 +23,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# A fresh venv and a pip install: a minute of the two cores (make test-full);
+# tests/test_extras.py covers the extras' messages in make test.
+pytestmark = pytest.mark.full
 
 
 @pytest.fixture(scope="module")

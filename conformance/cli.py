@@ -5,6 +5,12 @@ scheduler class, driven through the HTTP API (`conformance.server`);
 `--in-process` drives the class directly. The recorded trace is checked for
 every property (`policy.check`) and replayed through the reference
 (`policy.replay`). Exit 0 only when everything holds.
+
+`--in-process --scheduler-cls CLASS` runs a user's class instead
+(`conformance.target`): every property is judged, the safety ones (and
+`--expect`'s) decide the exit status, the replay is off (no reference models
+the class); a crash inside the class fails the run and its partial trace is
+judged too.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from lora_sched.conformance.assets import ensure_assets
+from lora_sched.conformance.target import LIVENESS, SAFETY, TargetError, expected, load, normalise
 from lora_sched.policy import claims
 from lora_sched.policy.check import check_trace, format_report
 from lora_sched.policy.scenarios import SCENARIOS, VICTIM, Scenario
@@ -40,6 +47,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--start-timeout", type=float, default=240.0, help="live: seconds to wait for readiness")
     p.add_argument("--kill-server-after", type=float, metavar="SECONDS",
                    help="failure injection: SIGKILL the server this long into the run")
+    p.add_argument("--scheduler-cls", metavar="CLASS",
+                   help="in-process only: run this scheduler class (pkg.module.Class or path/to/file.py:Class); "
+                        "every property judged, no replay")
+    p.add_argument("--expect", action="append", default=[], choices=[*LIVENESS, *SAFETY], metavar="PROP",
+                   help="with --scheduler-cls: PROP's violation also fails the run (repeatable)")
 
 
 def check(trace_path: Path, policy: str, scenario: Scenario) -> tuple[bool, list[str]]:
@@ -85,6 +97,8 @@ def _no_reference() -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.scheduler_cls or args.expect:
+        return _user_class(args)
     scenario = SCENARIOS[args.scenario]
     cfg = replace(scenario.config, policy=args.policy)
     scenario = replace(scenario, config=cfg)
@@ -116,6 +130,70 @@ def main(args: argparse.Namespace) -> int:
         print("conform: ok" if ok else "conform: FAILED")
         return 0 if ok else 1
     return _live(args, scenario, trace_path, out, t0)
+
+
+def _user_class(args: argparse.Namespace) -> int:
+    """`conform --in-process --scheduler-cls CLASS`: one scenario on the user's class."""
+    if not args.scheduler_cls:
+        print("error: conform: --expect needs --scheduler-cls", file=sys.stderr)
+        return 2
+    if not args.in_process:
+        print("error: conform: --scheduler-cls runs in-process only (add --in-process); live, start vLLM with "
+              "--scheduler-cls and check its trace with `lora-sched check`", file=sys.stderr)
+        return 2
+    try:
+        target = load(normalise(args.scheduler_cls))
+    except TargetError as exc:
+        print(f"error: conform: --scheduler-cls {exc}", file=sys.stderr)
+        return 2
+    from lora_sched.conformance.inprocess import Stuck, run_workload
+
+    scenario = SCENARIOS[args.scenario]
+    cfg = replace(scenario.config, policy=target.policy, async_scheduling=target.is_async)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    trace_path = out / f"{args.scenario}-{target.name}-inproc.jsonl"
+    t0 = time.monotonic()
+    mode = "async" if target.is_async else "sync"
+    print(f"conform: scenario {scenario.name} ({scenario.about}), scheduler {target.path} ({mode}), inproc")
+    crashed = None
+    try:
+        steps = run_workload(cfg, scenario.workload, trace_path, policy=target.policy,
+                             scheduler_class=target.recorded)
+        print(f"{target.name} ran {steps} steps in process")
+    except Stuck as exc:
+        crashed = f"stuck: {exc}"
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the class's own crash: reported, its partial trace judged
+        import traceback
+
+        last = traceback.extract_tb(exc.__traceback__)[-1:]
+        where = f" ({Path(last[0].filename).name}:{last[0].lineno} in {last[0].name})" if last else ""
+        crashed = f"crash: {type(exc).__name__}: {' '.join(str(exc).split())}{where}"
+    try:
+        trace = read_trace(trace_path, allow_truncated_tail=True)
+    except TraceError as exc:
+        print(f"trace unreadable: {exc}")
+        print("conform: FAILED")
+        return 1
+    report = check_trace(trace)
+    wanted = expected(trace.config, tuple(args.expect))
+    lines = [ln for ln in format_report(report).splitlines() if ln not in ("all ok!", "FAILED")]
+    broken = sorted(p for p in report.first if p in wanted)
+    evidence = sorted(p for p in report.first if p not in wanted)
+    print("\n".join(lines))
+    if evidence:
+        print(f"violated, not expected (evidence): {', '.join(evidence)}")
+    if broken:
+        print(f"EXPECTED PROPERTIES VIOLATED: {', '.join(broken)}")
+    if crashed:
+        print(crashed)
+    print(f"replay: off: no reference model for {args.scheduler_cls}")
+    print(f"trace saved to {trace_path} ({time.monotonic() - t0:.1f} s)")
+    ok = not broken and crashed is None
+    print("conform: ok" if ok else "conform: FAILED")
+    return 0 if ok else 1
 
 
 def _live(args: argparse.Namespace, scenario: Scenario, trace_path: Path, out: Path, t0: float) -> int:

@@ -193,8 +193,9 @@ def run_workload(cfg: Config, workload: Workload, trace_path: str | os.PathLike[
                 # its own on an engine without DP coordination (spec.releases).
                 out = sched.schedule(cadence_by_engine and throttled(cfg, wave))
                 wave += 1
+                # `.get`: a scheduler may name an id it never held (a finding of the trace, not a crash here).
                 sampled = {rid for rid in out.num_scheduled_tokens
-                           if not sched.requests[rid].is_prefill_chunk}
+                           if (r := sched.requests.get(rid)) is not None and not r.is_prefill_chunk}
                 queue.append((out, sampled))
                 if cfg.async_scheduling and len(queue) < 2:
                     continue

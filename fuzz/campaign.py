@@ -15,15 +15,17 @@ import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lora_sched.conformance.assets import ensure_assets
 from lora_sched.fuzz.findings import Finding, Findings, write_finding
+from lora_sched.fuzz.lora_space import case_of
 from lora_sched.fuzz.runner import Failure, default_trace_path, run_case
 from lora_sched.fuzz.shrink import shrink
-from lora_sched.fuzz.space import FuzzCase, generate
+from lora_sched.fuzz.space import FuzzCase
 from lora_sched.policy.driver import Workload
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
@@ -49,6 +51,19 @@ class Options:
     shrink_runs: int = 1000
     shrink_seconds: float = 180.0
     progress_every: float = 2.0
+    # A user's scheduler class (`conformance.target` path; file forms absolute):
+    # the LoRA family (`fuzz.lora_space`), no replay; `expect` adds properties
+    # to the safety ones whose violations are findings.
+    scheduler_cls: str | None = None
+    expect: tuple[str, ...] = ()
+    # Stop submitting workloads once this holds of the report (benchmarks: every defect found and shrunk).
+    until: Callable[[Report], bool] | None = None
+
+    @property
+    def target(self) -> dict[str, Any] | None:
+        """What a worker needs to build a case for the user's class (a path, never the class)."""
+        return None if self.scheduler_cls is None else {"scheduler_cls": self.scheduler_cls,
+                                                        "expect": list(self.expect)}
 
 
 def merge(ranges: list[list[int]]) -> list[list[int]]:
@@ -85,12 +100,29 @@ class Report:
     coverage: Counter = field(default_factory=Counter)
     findings: Findings = field(default_factory=Findings)
     runs: list[dict[str, Any]] = field(default_factory=list)  # one entry per invocation
+    scheduler_cls: str | None = None
+    expect: list[str] = field(default_factory=list)
+    # A user's class: violated properties it is not expected to keep ->
+    # {"workloads": n, "first_seed": s, "message": the first violation}.
+    evidence: dict[str, dict[str, Any]] = field(default_factory=dict)
+    growth: dict[str, Any] | None = None  # `fuzz.growth.GrowthReport.to_json` (--expect bounded_wait)
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT, "version": 1, "vllm": self.vllm, "seed": self.seed,
-                "replay_against": self.replay_against, "workloads": self.workloads,
-                "ranges_done": merge(self.ranges_done), "coverage": dict(sorted(self.coverage.items())),
-                "findings": [f.to_json() for f in self.findings], "runs": self.runs}
+        d = {"format": FORMAT, "version": 1, "vllm": self.vllm, "seed": self.seed,
+             "replay_against": self.replay_against, "workloads": self.workloads,
+             "ranges_done": merge(self.ranges_done), "coverage": dict(sorted(self.coverage.items())),
+             "findings": [f.to_json() for f in self.findings], "runs": self.runs}
+        if self.scheduler_cls is not None:
+            d |= {"scheduler_cls": self.scheduler_cls, "expect": list(self.expect), "evidence": self.evidence,
+                  "growth": self.growth}
+        return d
+
+    def add_evidence(self, seed: int, failure: dict[str, Any]) -> None:
+        e = self.evidence.setdefault(failure["name"], {"workloads": 0, "first_seed": seed,
+                                                       "message": failure["message"]})
+        e["workloads"] += 1
+        if seed < e["first_seed"]:
+            e["first_seed"], e["message"] = seed, failure["message"]
 
     @classmethod
     def load(cls, path: Path) -> Report:
@@ -100,7 +132,9 @@ class Report:
                 raise CampaignError(f"{path}: not a {FORMAT} (format {d.get('format')!r})")
             return cls(int(d["seed"]), d.get("replay_against"), str(d["vllm"]), [list(r) for r in d["ranges_done"]],
                        int(d["workloads"]), Counter(d.get("coverage", {})),
-                       Findings([Finding.from_json(f) for f in d["findings"]]), list(d.get("runs", [])))
+                       Findings([Finding.from_json(f) for f in d["findings"]]), list(d.get("runs", [])),
+                       d.get("scheduler_cls"), list(d.get("expect", [])), dict(d.get("evidence", {})),
+                       d.get("growth"))
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise CampaignError(f"{path}: unreadable campaign report ({exc})") from None
 
@@ -136,25 +170,28 @@ def _worker_class():
 
             return f"{socket.gethostname()}:{os.getpid()}:{ray.get_runtime_context().get_node_id()[:8]}"
 
-        def run_range(self, lo: int, hi: int, replay_against: str | None) -> dict[str, Any]:
+        def run_range(self, lo: int, hi: int, replay_against: str | None,
+                      target: dict[str, Any] | None = None) -> dict[str, Any]:
             t0, c0 = time.perf_counter(), time.process_time()
             failures: list[tuple[int, dict[str, Any]]] = []
+            evidence: list[tuple[int, dict[str, Any]]] = []
             features: Counter = Counter()
             for seed in range(lo, hi):
                 try:
-                    res = run_case(generate(seed, reference=replay_against), self.trace)
+                    res = run_case(_case(seed, replay_against, target), self.trace)
                 except Exception as exc:  # a bug of the harness itself: reported, the campaign goes on
                     failures.append((seed, Failure("harness-error", type(exc).__name__, "-",
                                                    f"{type(exc).__name__}: {exc}").to_json()))
                     continue
                 failures.extend((seed, f.to_json()) for f in res.failures)
+                evidence.extend((seed, f.to_json()) for f in res.evidence)
                 features.update(res.features)
-            return {"lo": lo, "hi": hi, "failures": failures, "features": dict(features),
+            return {"lo": lo, "hi": hi, "failures": failures, "evidence": evidence, "features": dict(features),
                     "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
 
         def shrink(self, seed: int, signature: str, replay_against: str | None, max_runs: int,
-                   max_seconds: float) -> dict[str, Any]:
-            case = generate(seed, reference=replay_against)
+                   max_seconds: float, target: dict[str, Any] | None = None) -> dict[str, Any]:
+            case = _case(seed, replay_against, target)
             deadline = time.monotonic() + max_seconds
 
             def still_fails(c) -> bool:
@@ -175,6 +212,18 @@ def _worker_class():
                     "message": failure.message if failure else None}
 
     return FuzzWorker
+
+
+def _case(seed: int, replay_against: str | None, target: dict[str, Any] | None) -> FuzzCase:
+    if target is None:
+        return case_of(seed, reference=replay_against)
+    return case_of(seed, scheduler_cls=target["scheduler_cls"], expect=tuple(target["expect"]))
+
+
+# The workers' handles, kept for the driver's life: the next campaign in the
+# same Ray session (a resume, a catalogue of classes, the tests) finds them
+# by name with vLLM imported.
+_HANDLES: dict[tuple[str, int], Any] = {}
 
 
 def _init_ray(opts: Options) -> int:
@@ -218,12 +267,16 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
         if report.replay_against != opts.replay_against:
             raise CampaignError(f"{path}: a campaign with replay_against={report.replay_against!r}; "
                                 f"use another --out")
+        if report.scheduler_cls != opts.scheduler_cls or sorted(report.expect) != sorted(opts.expect):
+            raise CampaignError(f"{path}: a campaign of scheduler class {report.scheduler_cls or 'stock'} "
+                                f"(expect {report.expect}); use another --out")
         if report.vllm != _vllm_version():
             raise CampaignError(f"{path}: a campaign on {report.vllm}, this is {_vllm_version()}; "
                                 f"use another --out")
         log(f"resuming {path}: {report.workloads} workloads done, {len(report.findings)} findings")
     else:
-        report = Report(opts.seed, opts.replay_against, _vllm_version())
+        report = Report(opts.seed, opts.replay_against, _vllm_version(), scheduler_cls=opts.scheduler_cls,
+                        expect=sorted(opts.expect))
 
     ensure_assets(0)  # once here, so that local workers never race to generate it
     workers = _init_ray(opts)
@@ -231,8 +284,12 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
     t_actors = time.perf_counter()
     # Named, so that a later campaign in the same Ray session (a resume, the
     # tests) reuses the workers and their imported vLLM.
-    actors = [cls.options(name=f"lora-sched-fuzz-{i}", get_if_exists=True, scheduling_strategy="SPREAD").remote()
-              for i in range(workers)]
+    session = ray.get_runtime_context().get_node_id()
+    for i in range(workers):  # a named actor lives while its first handle does
+        if (session, i) not in _HANDLES:
+            _HANDLES[session, i] = cls.options(name=f"lora-sched-fuzz-{i}", get_if_exists=True,
+                                               scheduling_strategy="SPREAD").remote()
+    actors = [_HANDLES[session, i] for i in range(workers)]
     nodes = ray.get([a.ready.remote() for a in actors])
     t_ready = time.perf_counter()
     log(f"fuzz: {workers} workers ready in {t_ready - t_actors:.1f}s ({', '.join(nodes)}); seeds from {opts.seed}")
@@ -250,11 +307,13 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
         nonlocal budget
         if (deadline is not None and time.perf_counter() >= deadline) or budget == 0:
             return False
+        if opts.until is not None and opts.until(report):
+            return False
         lo, hi = next(chunks)
         if budget is not None:
             hi = min(hi, lo + budget)
             budget -= hi - lo
-        pending[actors[i].run_range.remote(lo, hi, opts.replay_against)] = ("range", i, (lo, hi))
+        pending[actors[i].run_range.remote(lo, hi, opts.replay_against, opts.target)] = ("range", i, (lo, hi))
         busy[i] += 1
         return True
 
@@ -263,7 +322,7 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
             return
         i = min(range(workers), key=lambda k: busy[k])
         ref = actors[i].shrink.remote(f.first_seed, f.signature, opts.replay_against, opts.shrink_runs,
-                                      opts.shrink_seconds)
+                                      opts.shrink_seconds, opts.target)
         pending[ref] = ("shrink", i, f.signature)
         busy[i] += 1
         shrinking.add(f.signature)
@@ -293,11 +352,14 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
                 report.workloads += n
                 done_here += n
                 report.coverage.update(r["features"])
+                for seed, failure in r.get("evidence", ()):
+                    report.add_evidence(seed, failure)
                 busy_seconds += r["seconds"]
                 cpu_seconds += r["cpu_seconds"]
                 for seed, failure in r["failures"]:
                     new = report.findings.add(seed, failure)
                     if new is not None:
+                        new.found_after_s = round(time.perf_counter() - t_ready, 2)
                         log(f"fuzz: new finding {new.signature} (seed {seed}): {new.message.splitlines()[0][:160]}")
                         submit_shrink(new)
                 submit_range(i)
@@ -307,6 +369,7 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
                 f.status, f.shrink_runs = r["status"], r["runs"]
                 if r["status"] == "shrunk":
                     f.minimal, f.minimal_message = r["case"], r["message"]
+                    f.shrunk_after_s = round(time.perf_counter() - t_ready, 2)
                     write_finding(out, f, FuzzCase.from_json(r["case"]), r["trace"], report.vllm)
                     log(f"fuzz: shrunk {f.signature} to {len(r['case']['requests'])} request(s) "
                         f"in {r['runs']} runs -> {f.files['test']}")

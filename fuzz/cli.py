@@ -13,7 +13,9 @@ import shlex
 import sys
 from pathlib import Path
 
+from lora_sched.conformance.target import LIVENESS, SAFETY, TargetError, load, normalise
 from lora_sched.fuzz.campaign import CampaignError, Options, run_campaign
+from lora_sched.fuzz.growth import growth_findings
 from lora_sched.fuzz.runner import unregistered
 from lora_sched.spec import releases
 
@@ -32,6 +34,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replay-against", choices=["blocking", "vllm", "fair"],
                    help="replay every trace through this reference instead of its own policy "
                         "(plants a known divergence: for testing the campaign itself)")
+    p.add_argument("--scheduler-cls", metavar="CLASS",
+                   help="run this scheduler class (pkg.module.Class or path/to/file.py:Class) on the LoRA "
+                        "family; the safety properties decide, no replay")
+    p.add_argument("--expect", action="append", default=[], choices=[*LIVENESS, *SAFETY], metavar="PROP",
+                   help="with --scheduler-cls: also a finding when PROP is violated (no_hol_blocking, "
+                        "bounded_wait: judged by growth); repeatable")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -42,23 +50,51 @@ def main(args: argparse.Namespace) -> int:
         if v is not None and v <= 0:
             print(f"error: --{name.replace('_', '-')} must be > 0, got {v}", file=sys.stderr)
             return 2
+    target = None
+    if args.expect and not args.scheduler_cls:
+        print("error: --expect needs --scheduler-cls", file=sys.stderr)
+        return 2
+    if args.scheduler_cls:
+        if args.replay_against:
+            print("error: --replay-against and --scheduler-cls: a user's class has no reference", file=sys.stderr)
+            return 2
+        try:
+            target = load(normalise(args.scheduler_cls))
+        except TargetError as exc:
+            print(f"error: --scheduler-cls {exc}", file=sys.stderr)
+            return 2
     opts = Options(minutes=minutes, count=args.count, workers=args.workers, seed=args.seed, address=args.address,
                    chunk=args.chunk, replay_against=args.replay_against, shrink=not args.no_shrink,
-                   shrink_runs=args.shrink_runs)
+                   shrink_runs=args.shrink_runs, scheduler_cls=target.path if target else None,
+                   expect=tuple(sorted(set(args.expect))))
     out = Path(args.out)
     try:
         report = run_campaign(opts, out)
     except CampaignError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if target is not None and "bounded_wait" in opts.expect:
+        grown = growth_findings(target, out, report.findings)
+        report.growth = grown.to_json()
+        report.save(out / "report.json")
+        for fg in grown.families:
+            print(f"growth: {fg.line()}")
     last = report.runs[-1]
     print(f"{report.workloads} workloads in all ({last['workloads']} this run: {last['workloads_per_s']}/s "
           f"on {last['workers']} workers), seeds {report.to_json()['ranges_done']}, {report.vllm}")
     for f in report.findings:
         where = f.files.get("test", "(not shrunk)")
+        if f.kind == "growth":
+            print(f"  {f.signature}: the worst wait grows with the stream -> {where}")
+            continue
         print(f"  {f.signature}: {f.hits} workloads, first seed {f.first_seed}, {f.status}"
               + (f" to {len(f.minimal['requests'])} request(s)" if f.minimal else "") + f" -> {where}")
-    if (version := unregistered()) is not None:
+    if target is not None:
+        for prop, e in sorted(report.evidence.items()):
+            print(f"  evidence (not expected): {prop} violated in {e['workloads']} workloads, first seed "
+                  f"{e['first_seed']}: {e['message'].splitlines()[0][:160]}")
+        print(f"replay: off: no reference model for {args.scheduler_cls}")
+    elif (version := unregistered()) is not None:
         print(f"replay: off: vLLM {version} is not in the release registry (supported: {releases.SUPPORTED}); "
               f"stock vLLM's properties are judged with vLLM {releases.NEWEST}'s semantics")
     print(f"report: {out / 'report.json'}")

@@ -4,8 +4,11 @@ A finding is keyed by its failure signature (`fuzz.runner.Failure.signature`);
 later workloads with it count as hits. A shrunk finding is written under
 `<out>/findings/<slug>/`: `case.json`, `trace.jsonl` (vLLM's trace, up to the
 crash for a crash), `trace.itf.json` (the same steps in ITF, as
-`proofs.cex`) and `test_<slug>.py`, a pytest case asserting that the failure
-reproduces on vLLM.
+`proofs.cex`), `trace.html` (the timeline `lora-sched view` draws, written
+by running that command, the view layer sitting above fuzz) and
+`test_<slug>.py`, a pytest case asserting that the failure reproduces on
+vLLM. A user's class (`FuzzCase.scheduler_cls`) is imported by its path in
+the reproducer, which needs only vLLM and lora_sched.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import json
 import pprint
 import re
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +47,9 @@ class Finding:
     minimal_message: str | None = None
     shrink_runs: int = 0
     files: dict[str, str] = field(default_factory=dict)
+    # Seconds after the workers were ready (this invocation) when it was found and when shrunk.
+    found_after_s: float | None = None
+    shrunk_after_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -121,7 +129,7 @@ def trace_itf(trace: Trace, signature: str) -> dict[str, Any]:
 _TEST = '''"""Reproducer of a `lora-sched fuzz` finding: {signature}.
 
 Found from workload seed {seed} on {vllm}, shrunk by delta debugging to
-{n} request(s). The test runs the minimal case on vLLM's scheduler in-process
+{n} request(s). The test runs the minimal case on {who} in-process
 and asserts that the failure reproduces:
 
 {message}
@@ -150,9 +158,21 @@ def write_finding(out: Path, f: Finding, case: FuzzCase, trace_text: str, vllm_v
     trace = read_trace(d / "trace.jsonl", allow_truncated_tail=True)
     (d / "trace.itf.json").write_text(json.dumps(trace_itf(trace, f.signature), indent=1) + "\n")
     message = "\n".join("    " + line for line in (f.minimal_message or f.message).splitlines()[:12])
+    who = "vLLM's scheduler" if case.scheduler_cls is None else f"the scheduler class {case.scheduler_cls}"
     test = _TEST.format(signature=f.signature, seed=f.first_seed, vllm=vllm_version, n=len(case.workload.requests),
-                        message=message, case=pprint.pformat(case.to_json(), width=110), name=name)
+                        message=message, case=pprint.pformat(case.to_json(), width=110), name=name, who=who)
     (d / f"test_{name}.py").write_text(test)
-    f.files = {k: str((d / v).relative_to(out)) for k, v in
-               (("case", "case.json"), ("trace", "trace.jsonl"), ("itf", "trace.itf.json"),
-                ("test", f"test_{name}.py"))}
+    files = [("case", "case.json"), ("trace", "trace.jsonl"), ("itf", "trace.itf.json"), ("test", f"test_{name}.py")]
+    if draw(d / "trace.jsonl", d / "trace.html"):
+        files.append(("view", "trace.html"))
+    f.files = {k: str((d / v).relative_to(out)) for k, v in files}
+
+
+def draw(trace: Path, html: Path) -> bool:
+    """Draw `trace` with `lora-sched view`; False (no page) when it cannot."""
+    try:
+        done = subprocess.run([sys.executable, "-m", "lora_sched", "view", str(trace), "--out", str(html)],
+                              capture_output=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0 and html.is_file()

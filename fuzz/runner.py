@@ -9,6 +9,11 @@ signature, `kind:name:policy` (the name: the crash's exception type and the
 function that raised it, the property, or the diverging field), is what the
 campaign deduplicates and the shrinker preserves.
 
+A user's scheduler class (`case.scheduler_cls`) is judged on every
+property without a replay: the safety ones it claims and those the case
+expects are findings (`conformance.target.expected`), the others evidence;
+a trace the class made unreadable is a `trace-error`.
+
 On a vLLM the release registry lacks (`unregistered`), the project's
 classes refuse to load, so every case runs stock vLLM, and its properties
 are judged with the newest release's semantics without a replay.
@@ -23,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lora_sched.conformance.inprocess import Stuck, run_workload
+from lora_sched.conformance.target import expected, load
 from lora_sched.fuzz.space import FuzzCase
 from lora_sched.policy import claims
 from lora_sched.policy.check import check_trace
@@ -61,6 +67,8 @@ class CaseResult:
     trace: Path
     steps: int
     failures: list[Failure] = field(default_factory=list)
+    # A user's class: violations of properties not expected (reported with evidence, not findings).
+    evidence: list[Failure] = field(default_factory=list)
     features: set[str] = field(default_factory=set)  # what the run exercised (campaign coverage)
 
     @property
@@ -88,6 +96,8 @@ def default_trace_path() -> Path:
 def run_case(case: FuzzCase, trace_path: str | os.PathLike[str] | None = None) -> CaseResult:
     """Run `case` inside vLLM, record its trace, check it; never raises for a failing case."""
     path = Path(trace_path) if trace_path is not None else default_trace_path()
+    if case.scheduler_cls is not None:
+        return _run_target(case, path)
     if unregistered() is not None and case.config.policy != "vllm":
         case = replace(case, config=replace(case.config, policy="vllm"), reference="vllm")
     cfg = case.config
@@ -122,6 +132,40 @@ def run_case(case: FuzzCase, trace_path: str | os.PathLike[str] | None = None) -
                 result.failures.append(Failure("divergence", d.field, policy,
                                                f"step {d.step}: reference {d.expected} vs vLLM {d.actual}", d.step))
     result.features = _features(case, trace)
+    return result
+
+
+def _run_target(case: FuzzCase, path: Path) -> CaseResult:
+    """Run a user's scheduler class (`case.scheduler_cls`): every property is
+    judged, those `expected` decide the findings, the others are evidence;
+    whatever the class does (raise, return garbage, break the recorder)
+    becomes a failure, never an exception here. No replay: no reference
+    models the class."""
+    target = load(case.scheduler_cls)  # type: ignore[arg-type]
+    cfg = replace(case.config, async_scheduling=target.is_async, policy=target.policy)
+    label = target.name
+    result = CaseResult(case, path, 0)
+    try:
+        result.steps = run_workload(cfg, case.workload, path, policy=cfg.policy, scheduler_class=target.recorded)
+    except Stuck as exc:
+        result.failures.append(Failure("stuck", "Stuck", label, str(exc)))
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the class's own crash (SystemExit included): a finding
+        name, message = _crash_name(exc)
+        result.failures.append(Failure("crash", name, label, message))
+    try:
+        trace = read_trace(path, allow_truncated_tail=True)
+        report = check_trace(trace)
+    except Exception as exc:  # a trace the class made unreadable or unjudgeable
+        name, message = _crash_name(exc)
+        result.failures.append(Failure("trace-error", name, label, message))
+        return result
+    wanted = expected(trace.config, case.expect)
+    for prop, v in report.first.items():
+        failure = Failure("property", prop, label, str(v), v.step)
+        (result.failures if prop in wanted else result.evidence).append(failure)
+    result.features = _features(replace(case, config=cfg), trace)
     return result
 
 

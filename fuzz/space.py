@@ -36,17 +36,25 @@ class FuzzCase:
     config: Config
     workload: Workload
     reference: str
+    # A user's scheduler class (`conformance.target`), run instead of the
+    # policy's class and judged without a replay; `expect`: the properties
+    # beyond the safety ones whose violation is a finding.
+    scheduler_cls: str | None = None
+    expect: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"seed": self.seed, "config": self.config.to_dict(), "reference": self.reference,
-                "requests": [asdict(r) for r in self.workload.requests],
-                "aborts": dict(self.workload.aborts)}
+        d = {"seed": self.seed, "config": self.config.to_dict(), "reference": self.reference,
+             "requests": [asdict(r) for r in self.workload.requests],
+             "aborts": dict(self.workload.aborts)}
+        if self.scheduler_cls is not None:
+            d |= {"scheduler_cls": self.scheduler_cls, "expect": list(self.expect)}
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> FuzzCase:
         return cls(int(d["seed"]), Config.from_dict(d["config"]),
                    Workload([Request(**r) for r in d["requests"]], {k: int(v) for k, v in d["aborts"].items()}),
-                   str(d["reference"]))
+                   str(d["reference"]), d.get("scheduler_cls"), tuple(d.get("expect", ())))
 
     def with_workload(self, requests: list[Request], aborts: dict[str, int] | None = None) -> FuzzCase:
         keep = {r.id for r in requests}

@@ -31,6 +31,7 @@ from typing import Any
 
 import vllm
 from vllm.logger import init_logger
+from vllm.utils.import_utils import resolve_obj_by_qualname
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import RequestStatus
@@ -54,6 +55,10 @@ def installed_release() -> str:
 
 ROTATE_ENV = "LORA_SCHED_TRACE_ROTATE_MB"
 FLUSH_ENV = "LORA_SCHED_TRACE_FLUSH"
+
+
+class RecordingBroken(RuntimeError):
+    """The scheduler left a state the recorder cannot write (`RecorderMixin.rec_strict`)."""
 
 
 @dataclass
@@ -110,6 +115,12 @@ class RecorderMixin:
     `policy_name` names the policy in the trace header)."""
 
     policy_name: str
+    # The header's `source`: it names the installed vLLM (the release registry
+    # reads it); a class recorded for `--scheduler-cls` also names itself.
+    trace_source: str = SOURCE
+    # True: a step the recorder cannot write raises `RecordingBroken` instead
+    # of stopping the recording (the in-process harness, where it is a finding).
+    rec_strict: bool = False
     # What an instance vLLM's tests build without `__init__` (`object.__new__`) reads: not recording.
     _rec_writer: TraceWriter | None = None
     _rec_open: dict[int, _Open] = {}  # read only: `schedule` opens records only with a writer
@@ -138,7 +149,7 @@ class RecorderMixin:
         config = config_of(self, self.policy_name, async_scheduling=async_scheduling)  # type: ignore[arg-type]
         rotate = rotate_mb if rotate_mb is not None else _env_number(ROTATE_ENV, float)
         flush = flush_every if flush_every is not None else _env_number(FLUSH_ENV, int)
-        self._rec_writer = TraceWriter(path, config, SOURCE, flush_every=int(flush or 1),
+        self._rec_writer = TraceWriter(path, config, self.trace_source, flush_every=int(flush or 1),
                                        max_bytes=int(rotate * 2**20) if rotate else None)
 
     def stop_recording(self) -> None:
@@ -183,6 +194,12 @@ class RecorderMixin:
         written before."""
         w, self._rec_writer = self._rec_writer, None
         path = getattr(w, "path", "?")
+        if self.rec_strict:
+            if w is not None:
+                with suppress(Exception):
+                    w.close()
+            raise RecordingBroken(f"recording stopped at step {self._rec_step}, {where}: "
+                                  f"{type(exc).__name__}: {exc}") from exc
         _log.error("lora_sched: recording to %s stopped at step %d, %s: %s: %s", path, self._rec_step, where,
                    type(exc).__name__, exc)
         if w is not None:
@@ -284,3 +301,60 @@ class AsyncRecordingScheduler(RecorderMixin, AsyncScheduler):
     """vLLM's `AsyncScheduler`, recorded (policy `vllm`)."""
 
     policy_name = "vllm"
+
+
+RECORD_KEY = "lora_sched_record"  # --additional-config key of `Recorded` (apart from fair's "lora_sched")
+_RECORDED: dict[tuple[type, str, bool], type] = {}
+
+
+def recorded_class(cls: type, path: str, *, strict: bool = False) -> type:
+    """`cls` with `RecorderMixin` in front: the trace's source names the
+    installed vLLM and `path`; policy `vllm`, or the project's own policy for
+    a class that records already. `strict`: a step the recorder cannot write
+    raises (`rec_strict`)."""
+    key = (cls, path, strict)
+    got = _RECORDED.get(key)
+    if got is None:
+        attrs: dict[str, Any] = {"trace_source": f"{SOURCE}; scheduler {path}", "rec_strict": strict,
+                                 "__module__": __name__}
+        if issubclass(cls, RecorderMixin):
+            got = type(f"Recorded{cls.__name__}", (cls,), attrs)
+        else:
+            got = type(f"Recorded{cls.__name__}", (RecorderMixin, cls), {**attrs, "policy_name": "vllm"})
+        _RECORDED[key] = got
+    return got
+
+
+class Recorded:
+    """Any scheduler class, recorded: `--scheduler-cls lora_sched.recorder.Recorded
+    --additional-config '{"lora_sched_record": {"scheduler_cls": "pkg.mod.Class"}}'`.
+
+    vLLM's engine core calls this class; it builds `pkg.mod.Class` (resolved as
+    vLLM resolves `--scheduler-cls`) with `RecorderMixin` in front and returns
+    that instance, which records to `LORA_SCHED_TRACE` and decides as
+    `pkg.mod.Class` does. A missing or unloadable class stops the engine in one line."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        vllm_config = kwargs.get("vllm_config", args[0] if args else None)
+        path = wrapped_path(vllm_config)
+        try:
+            target = resolve_obj_by_qualname(path)
+        except Exception as exc:
+            raise ValueError(f"lora_sched_record: scheduler_cls {path!r} cannot be loaded: "
+                             f"{type(exc).__name__}: {exc}") from None
+        if not (isinstance(target, type) and issubclass(target, Scheduler)):
+            raise ValueError(f"lora_sched_record: scheduler_cls {path!r} is not a subclass of vLLM's Scheduler")
+        return recorded_class(target, path)(*args, **kwargs)
+
+
+def wrapped_path(vllm_config: Any) -> str:
+    """The class path `Recorded` wraps (`additional_config["lora_sched_record"]["scheduler_cls"]`)."""
+    extra = getattr(vllm_config, "additional_config", None) or {}
+    section = extra.get(RECORD_KEY) if isinstance(extra, dict) else None
+    path = section.get("scheduler_cls") if isinstance(section, dict) else None
+    unknown = sorted(set(section) - {"scheduler_cls"}) if isinstance(section, dict) else []
+    if not isinstance(path, str) or not path or unknown:
+        raise ValueError(f"lora_sched.recorder.Recorded needs --additional-config "
+                         f"'{{\"{RECORD_KEY}\": {{\"scheduler_cls\": \"pkg.module.Class\"}}}}'"
+                         + (f" (unknown keys: {', '.join(unknown)})" if unknown else f", got {section!r}"))
+    return path

@@ -104,9 +104,12 @@ DEEP := tests/test_state_machines.py tests/test_search_violations.py tests/test_
 test-full: test-slow test-live test-deep test-experiments test-vllm-suite
 
 # The tests marked `full` (minutes each: the two-node Ray campaign, the field
-# gates' families), on .venv and on each release venv.
+# gates' families), on .venv and on each release venv; the tests that start a
+# Ray cluster run one at a time, after the others.
+RAY_TESTS := tests/test_fuzz_campaign.py tests/test_tutorial.py
 test-slow: install $(RELEASE_VENVS:=/.installed)
-	$(BIN)/pytest -q -m "full and not live" $(PARALLEL) $(DURATIONS)
+	$(BIN)/pytest -q -m "full and not live" $(PARALLEL) $(DURATIONS) $(RAY_TESTS:%=--ignore=%)
+	$(BIN)/pytest -q -m "full and not live" $(DURATIONS) $(RAY_TESTS)
 	@set -e; for v in $(RELEASE_VENVS); do echo "== $$v"; \
 		$(RELEASE_ENV) $$v/bin/python -m pytest -q -m "vllm and full and not live" $(PARALLEL) $(DURATIONS) \
 			$(TESTS_RELEASE); done

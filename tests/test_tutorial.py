@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.vllm, pytest.mark.full]  # and the fuzz extra (ray); minutes: make test-full
+# vLLM and the fuzz extra (Ray); minutes: make test-full, one Ray cluster at a time
+pytestmark = [pytest.mark.vllm, pytest.mark.full]
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "verify-your-scheduler.md"

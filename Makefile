@@ -126,11 +126,14 @@ test-deep: install
 # substituted for vLLM's and once stock, on every supported release: every
 # test that passes on stock must pass with ours (tests/vllm_suite/run.py).
 # SUITE=scheduler runs only the files that build a scheduler.
+# PAIRS=fair substitutes by kind only (FairScheduler / AsyncFairScheduler), without
+# the second pass that puts AsyncFairScheduler in every scheduler.
 SUITE ?= all
+PAIRS ?= fair,fair-async
 test-vllm-suite: install $(RELEASE_VENVS:=/.installed)
-	$(BIN)/python tests/vllm_suite/run.py --select $(SUITE) --python $(BIN)/python
+	$(BIN)/python tests/vllm_suite/run.py --select $(SUITE) --pairs $(PAIRS) --python $(BIN)/python
 	@set -e; for v in $(RELEASE_VENVS); do \
-		$(RELEASE_ENV) $(BIN)/python tests/vllm_suite/run.py --select $(SUITE) --python $$v/bin/python; done
+		$(RELEASE_ENV) $(BIN)/python tests/vllm_suite/run.py --select $(SUITE) --pairs $(PAIRS) --python $$v/bin/python; done
 
 # The experiments' own tests (experiments/tests; experiments/ is not installed).
 test-experiments: install

@@ -1,4 +1,4 @@
-"""`vllm`: vLLM V1 since PR #15422 (vLLM 0.32 and 0.33).
+"""`vllm`: vLLM V1 since PR #15422 (vLLM 0.32, 0.33 and 0.34).
 
 A waiting request whose adapter would exceed `max_loras` is skipped and the
 scan goes on; skipped requests return to the head of `waiting` in their

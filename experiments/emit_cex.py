@@ -15,7 +15,9 @@ import pprint
 
 from lora_sched.proofs import engine
 from lora_sched.proofs.cex import Cex, emit_test, write_itf
-from lora_sched.proofs.checks import ASYNC, FAMILY, THROTTLE, WAIT_FAIR, WAIT_HORIZON, fair_B, wait_bound
+from lora_sched.proofs.checks import ASYNC, THROTTLE, WAIT_FAIR, WAIT_HORIZON, fair_B, wait_bound
+
+from experiments.proofs_benchmark import FAMILY
 
 HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "cex")
 
@@ -33,12 +35,12 @@ def _emit_worst(cex: Cex, worst: int, bound: int, path: str, doc: str) -> None:
 
 
 def family_witness(out_dir: str) -> None:
-    """fair on `proofs.checks.FAMILY`: a request waits 10 steps (the
+    """fair on `experiments.proofs_benchmark.FAMILY`: a request waits 10 steps (the
     benchmark shows none waits more); written as a replay that must wait
     exactly that long in `policy/`."""
     r = engine.bmc(FAMILY, "fair", "bounded_wait", 17, bound=9, lemmas=True)
     assert r.verdict == "cex" and r.cex is not None and r.replay_ok, (r.verdict, r.detail)
-    doc = ("Replay of fair's worst wait on the R=6 family model of `proofs.checks.FAMILY`.\n\n"
+    doc = ("Replay of fair's worst wait on the R=6 family model of `experiments.proofs_benchmark.FAMILY`.\n\n"
            f"B = fair_bound(Q=6) = {fair_B(FAMILY)}. "
            "R=6, A=3, P<=1, L<=2, max_loras 1..2, max_num_seqs 1..2, arrivals by step 7: Z3 finds a\n"
            "request waiting 10 steps (and `python -m experiments.proofs_benchmark --only fair_wait_family` shows\n"

@@ -5,9 +5,9 @@
 Sections (each a function in `SECTIONS`, so other modules can add theirs):
 
 * `bmc_depth`: the BMC depth curve on `batch_lora_cap` at R=8 / A=3 /
-  max_loras 2 (`BIG`) within the budget, per policy: plain incremental BMC,
-  with adapter symmetry breaking, and with the strengthening invariants
-  once proved inductive at these bounds (`engine.bmc(lemmas=True)`); the
+  max_loras 2 (`BIG`) within the budget (`budget_bmc`), per policy: plain
+  incremental BMC, with adapter symmetry breaking (`adapter_symmetry`), and
+  with the strengthening invariants once proved inductive at these bounds; the
   cumulative seconds at each depth (wall, or with `--cpu` this process's CPU
   time, for a machine shared with others). Every query gets the remaining
   budget as its Z3 timeout, so nothing hangs.
@@ -20,7 +20,7 @@ Sections (each a function in `SECTIONS`, so other modules can add theirs):
   of each proof (stops growing R once a proof takes over the budget); and
   the BMC depth on `batch_lora_cap` for vllm and fair at R=4 / A=2 within
   the budget.
-* `fair_wait_family`: fair's tight worst wait (`engine.tight_wait`) at R=6,
+* `fair_wait_family`: fair's tight worst wait (`tight_wait`) at R=6,
   A=3, max_loras 1..2, on a model that holds the base-model stream family (a
   base request behind later LoRA arrivals,
   `policy.workloads.behind_lora_stream`), and the same search on fair's
@@ -36,16 +36,91 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import z3
 from lora_sched.proofs import encoding as enc
 from lora_sched.proofs import engine
-from lora_sched.proofs.checks import ASYNC_THROTTLE, FAMILY, fair_B
+from lora_sched.proofs.cex import Cex, extract, replay
+from lora_sched.proofs.checks import ASYNC_THROTTLE, fair_B
 from lora_sched.proofs.unbounded import MODELS, TRACES, prove, run_trace
+from lora_sched.proofs.unroll import Path as Unrolled
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from unbounded_crosscheck import crosscheck  # noqa: E402
 
+# Holds behind_lora_stream(4, early_adapter=0, adapters=3) (L0 at 1, the base
+# request and L1 at 2, then L2..L4 every two steps) and every other workload
+# of 6 requests with P <= 1, L <= 2 arriving by step 7, under max_loras 1 or 2:
+# fair's worst wait there is 10 (`python -m experiments.emit_cex --family`).
+FAMILY = enc.Bounds(requests=6, adapters=3, max_prompt=1, max_output=2, max_loras=(1, 2), max_num_seqs=(1, 2),
+                    max_num_batched_tokens=(2, 2), starvation_steps=(0, 0), last_arrival=7)
 BIG = enc.Bounds(requests=8, adapters=3, max_prompt=2, max_output=2, max_loras=(2, 2), max_num_seqs=(1, 4),
                  max_num_batched_tokens=(1, 6), starvation_steps=(0, 3))
+
+
+WALL_PER_CPU = 20  # Z3's wall-clock timeout per CPU second left, when the budget is CPU time
+
+
+def adapter_symmetry(path: Unrolled) -> list[z3.BoolRef]:
+    """Adapters are interchangeable for `vllm` and `blocking` (their gates and
+    every property see only which requests share an adapter and how many
+    adapters there are): keep one representative per renaming, adapter a > 1
+    used only after a - 1 was used by an earlier slot. Not for `fair`, whose
+    victim tie-break orders adapters by id."""
+    if path.policy == "fair":
+        return []
+    p, b = path.params, path.bounds
+    return [z3.Implies(p.adapter[i] == a, z3.Or([p.adapter[j] == a - 1 for j in range(i)]))
+            for i in range(b.requests) for a in range(2, b.adapters + 1)]
+
+
+def budget_bmc(bounds: enc.Bounds, policy: str, prop: str, budget: float, *, lemmas: bool = False,
+               symmetry: bool = False, clock: Callable[[], float] = time.monotonic,
+               timeout_ms: int = 120_000) -> engine.Result:
+    """`engine.bmc` deepening until `budget` seconds of `clock` are spent: the
+    depth reached ("holds" up to it) and the seconds per depth (`timings`).
+    `symmetry` breaks the adapter renaming symmetry (`adapter_symmetry`), which
+    leaves the shortest counterexample depth unchanged. `clock` is what the
+    budget, `seconds` and the timings count (`time.process_time`: this
+    process's CPU, Z3 included, which a shared machine does not distort; Z3's
+    own timeouts stay in wall time, scaled by `WALL_PER_CPU`)."""
+    t0 = clock()
+    deadline = t0 + budget
+
+    def wall_ms() -> int:
+        scale = 1 if clock is time.monotonic else WALL_PER_CPU
+        return max(1, min(timeout_ms, int((deadline - clock()) * 1000 * scale)))
+
+    path = Unrolled(bounds, policy)
+    s = z3.Solver()
+    s.add(path.base())
+    s.add(path.init())
+    use_lemmas, note = engine.inductive_lemmas(bounds, policy, wall_ms()) if lemmas else (False, "")
+    if use_lemmas:
+        s.add(*path.invariants(0).values())
+    if symmetry:
+        s.add(*adapter_symmetry(path))
+    timings: list[tuple[int, float]] = []
+    k = 0
+    while clock() <= deadline:
+        k += 1
+        t1 = clock()
+        s.add(path.extend())
+        if use_lemmas:
+            s.add(*path.invariants(k).values())
+        s.push()
+        s.add(z3.Not(path.prop(prop, k, None)))
+        s.set("timeout", wall_ms())  # no query may run past the deadline
+        r = s.check()
+        if r == z3.unknown and (clock() >= deadline - 0.5 or s.reason_unknown() in ("timeout", "canceled")):
+            return engine.Result(policy, prop, "holds", k - 1, clock() - t0, timings=timings,
+                                 detail=f"deadline during depth {k}", reason=note)
+        timings.append((k, clock() - t1))
+        if r != z3.unsat:
+            return engine.Result(policy, prop, "cex" if r == z3.sat else "unknown", k, clock() - t0,
+                                 reason=note if r == z3.sat else s.reason_unknown(), timings=timings)
+        s.pop()
+        s.add(path.prop(prop, k, None))  # depth k is clear: assume it deeper down
+    return engine.Result(policy, prop, "holds", k, clock() - t0, timings=timings, detail="deadline", reason=note)
 
 
 def bmc_depth(a: argparse.Namespace) -> None:
@@ -57,9 +132,9 @@ def bmc_depth(a: argparse.Namespace) -> None:
             if pol == "fair" and name == "symmetry":
                 continue  # fair's victim tie-break orders adapters: no symmetry to break
             clock = time.process_time if a.cpu else time.monotonic
-            r = engine.bmc(BIG, pol, "batch_lora_cap", 1000, deadline=clock() + a.budget, clock=clock, **kw)
+            r = budget_bmc(BIG, pol, "batch_lora_cap", a.budget, clock=clock, **kw)
             cum, curve = 0.0, []
-            for k, inc, _ in r.timings:
+            for k, inc in r.timings:
                 cum += inc
                 curve.append(f"{k}:{cum:.1f}")
             print(f"   {pol:9s} {name:16s} depth {r.depth:3d} ({r.verdict}, {r.seconds:.1f}s)"
@@ -78,17 +153,88 @@ def kinduction(a: argparse.Namespace) -> None:
 
 def incremental(a: argparse.Namespace) -> None:
     print(f"incremental: incremental vs fresh solver per depth (vllm no_hol_blocking, {BIG.describe()})")
-    r = engine.bmc(BIG, "vllm", "no_hol_blocking", a.fresh_depth, fresh=True)
-    for k, inc, fr in r.timings:
+    r = engine.bmc(BIG, "vllm", "no_hol_blocking", a.fresh_depth)
+    for k, inc in r.timings:
+        fr = fresh_seconds(BIG, "vllm", "no_hol_blocking", k)
         print(f"   depth {k:2d}: incremental {inc:6.2f}s  fresh {fr:6.2f}s", flush=True)
+
+
+def fresh_seconds(bounds: enc.Bounds, policy: str, prop: str, k: int, timeout_ms: int = 120_000) -> float:
+    """Seconds a fresh solver takes to search depths 1..k at once (inf when Z3 gives up)."""
+    t = time.monotonic()
+    path = Unrolled(bounds, policy, tag="f")
+    s = z3.Solver()
+    s.set("timeout", timeout_ms)
+    s.add(path.base())
+    s.add(path.init())
+    for _ in range(k):
+        s.add(path.extend())
+    s.add(z3.Or([z3.Not(path.prop(prop, j, None)) for j in range(1, k + 1)]))
+    return time.monotonic() - t if s.check() != z3.unknown else float("inf")
+
+
+def tight_wait(bounds: enc.Bounds, policy: str, start: int = 1, *, stop: int = 64, lemmas: bool = True,
+               timeout_ms: int = 3_600_000, progress: engine.Progress | None = None) -> engine.Result:
+    """The tight worst first-admission wait, searched upward: for w = start,
+    start + 1, ... BMC asks whether some request is still waiting, never
+    admitted, at age >= w + 1 within the horizon last_arrival + w + 1 (every
+    request arrives by `bounds.last_arrival`, so a longer wait shows by
+    then). The first w with none is the worst wait; the counterexample for
+    w - 1 is its witness and is replayed in `policy/` (it must wait >= w
+    there). No completeness argument is needed, unlike `worst_wait`.
+    `lemmas`: assume the strengthening invariants once proved inductive."""
+    assert bounds.last_arrival is not None, "tight_wait needs Bounds.last_arrival"
+    t0 = time.monotonic()
+    use = lemmas and engine.inductive_lemmas(bounds, policy, timeout_ms)[0]
+    witness: Cex | None = None
+    for w in range(start, stop + 1):
+        path = Unrolled(bounds, policy)
+        s = engine._solver(timeout_ms)
+        s.add(*path.base(), *path.init())
+        if use:
+            s.add(*path.invariants(0).values())
+        horizon = bounds.last_arrival + w + 1
+        found = None
+        for k in range(1, horizon + 1):
+            s.add(path.extend())
+            if use:
+                s.add(*path.invariants(k).values())
+            s.push()
+            s.add(z3.Not(path.prop("bounded_wait", k, w)))
+            r = s.check()
+            if r == z3.sat:
+                found = extract(path, s.model(), k, "bounded_wait", f"a request waits > {w}", w)
+            s.pop()
+            if r == z3.unknown:
+                return engine.Result(policy, "bounded_wait", "unknown", k, time.monotonic() - t0,
+                                     reason=s.reason_unknown())
+            if found is not None:
+                break
+            s.add(path.prop("bounded_wait", k, w))
+        if progress:
+            progress(f"  wait > {w} within horizon {horizon}: {'yes' if found else 'no'} "
+                     f"({time.monotonic() - t0:.0f}s)")
+        if found is None:
+            res = engine.Result(policy, "bounded_wait", "proved", horizon, time.monotonic() - t0, witness,
+                                bound=w, worst=w if witness is not None else None,
+                                detail=(f"worst wait {w}" if witness is not None else f"worst wait <= {w}")
+                                + (" (proved lemmas assumed)" if use else ""))
+            if witness is not None:
+                out = replay(witness)
+                res.replay_ok = out.reproduced
+                res.detail += f"; witness replays: {out.detail}"
+            return res
+        witness = found
+    return engine.Result(policy, "bounded_wait", "cex", stop, time.monotonic() - t0, witness, bound=stop,
+                         detail=f"a wait > {stop}")
 
 
 def fair_wait_family(a: argparse.Namespace) -> None:
     B = fair_B(FAMILY)
     print(f"fair_wait_family: {FAMILY.describe()}, arrivals by step {FAMILY.last_arrival}, B = {B}")
     for mut in (None, "star_lora_only"):
-        r = engine.tight_wait(replace(FAMILY, mutant=mut), "fair", a.wait_start,
-                              progress=lambda s: print("     ", s, flush=True))
+        r = tight_wait(replace(FAMILY, mutant=mut), "fair", a.wait_start,
+                       progress=lambda s: print("     ", s, flush=True))
         print(f"   fair{'' if mut is None else ' [' + mut + ']'}: {r.verdict}, worst wait {r.worst} vs B = {B} "
               f"({r.detail or r.reason}) {r.seconds:.0f}s", flush=True)
 
@@ -110,8 +256,8 @@ def kv_priority(a: argparse.Namespace) -> None:
     b = replace(GENERAL, requests=4, adapters=2)
     print(f"kv_priority: BMC depth on batch_lora_cap in {a.budget:.0f}s wall, {b.describe()}")
     for pol in ("vllm", "fair"):
-        r = engine.bmc(b, pol, "batch_lora_cap", 1000, deadline=time.monotonic() + a.budget, lemmas=pol == "fair")
-        curve = " ".join(f"{k}:{sum(t for _, t, _ in r.timings[:k]):.1f}" for k, _, _ in r.timings)
+        r = budget_bmc(b, pol, "batch_lora_cap", a.budget, lemmas=pol == "fair")
+        curve = " ".join(f"{k}:{sum(t for _, t in r.timings[:k]):.1f}" for k, _ in r.timings)
         print(f"   {pol:5s} {r.verdict} depth {r.depth} ({r.detail or r.reason or 'in budget'})", flush=True)
         print(f"      depth:cumulative s  {curve}", flush=True)
 

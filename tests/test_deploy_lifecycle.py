@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -51,6 +52,8 @@ class Case:
     arrival: dict = field(default_factory=dict)  # vLLM request object -> arrival number
     admitted: set = field(default_factory=set)  # request objects ever scheduled
     n: int = 0
+    stock: Callable | None = None  # builds stock vLLM's class under the same config
+    ops: list = field(default_factory=list)  # what the engine did: ("add", ...), ("abort", id), ("step",)
 
 
 def _fair(async_class: bool, *, max_loras: int = 1, kv_blocks: int | None = None, starvation_steps: int = 2,
@@ -64,6 +67,13 @@ def _fair(async_class: bool, *, max_loras: int = 1, kv_blocks: int | None = None
                  kv_blocks=kv_blocks, block_size=16, policy="fair", starvation_steps=starvation_steps)
     return make_scheduler(cfg, "fair", plenty_blocks=256,
                           scheduler_class=cls or (AsyncFairScheduler if async_class else FairScheduler))
+
+
+def _stock(async_class: bool) -> type:
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    return AsyncScheduler if async_class else Scheduler
 
 
 def _request(rid: str, adapter: int, prompt: int, max_tokens: int, *, resumable: bool = False):
@@ -92,6 +102,8 @@ def _output(out, sampled: set[str]):
 def add(case: Case, request) -> None:
     """`add_request` as the engine calls it; a new request gets an arrival number."""
     sched = case.sched
+    case.ops.append(("add", request.request_id, _adapter(request), request.num_prompt_tokens,
+                     request.sampling_params.max_tokens, request.resumable))
     sched.add_request(request)
     if sched.requests.get(request.request_id) is request:
         case.arrival[request] = case.n
@@ -103,6 +115,7 @@ def step(case: Case) -> None:
     from vllm.v1.request import RequestStatus
 
     sched = case.sched
+    case.ops.append(("step",))
     waiting = [*sched.kv_holding_waiting, *sched.waiting]
     never = [r for r in waiting if r not in case.admitted and r.status == RequestStatus.WAITING]
     out = sched.schedule()
@@ -121,6 +134,14 @@ def step(case: Case) -> None:
     while len(case.pending) > (1 if case.late else 0):
         done, sampled = case.pending.pop(0)
         sched.update_from_output(done, _output(done, sampled))
+
+
+def abort(case: Case, rid: str) -> None:
+    """An abort as the engine sends it."""
+    from vllm.v1.request import RequestStatus
+
+    case.ops.append(("abort", rid))
+    case.sched.finish_requests(rid, RequestStatus.FINISHED_ABORTED)
 
 
 def flush(case: Case) -> None:
@@ -164,7 +185,8 @@ def index_drift(sched) -> str | None:
 
 
 def drain(case: Case, limit: int = 400) -> None:
-    """Close every session and step until vLLM holds no request."""
+    """Close every session and step until vLLM holds no request, or none
+    that stock vLLM does not hold after the same engine calls (`case.stock`)."""
     sched = case.sched
     for rid, r in list(sched.requests.items()):
         if r.resumable:
@@ -175,7 +197,42 @@ def drain(case: Case, limit: int = 400) -> None:
         step(case)
         assert index_drift(sched) is None, index_drift(sched)
     flush(case)
-    assert not sched.has_requests(), f"still held after {limit} steps: {list(sched.requests)}"
+    held = sorted(sched.requests)
+    assert not held or set(held) <= set(stock_holds(case, limit)), \
+        f"still held after {limit} steps: {held}; stock vLLM holds {stock_holds(case, limit)}"
+
+
+def stock_holds(case: Case, limit: int) -> list[str]:
+    """The requests stock vLLM still holds after the same engine calls and
+    `limit` more steps (a streaming session whose prompt outgrew the KV pool
+    stops stock vLLM's FCFS queue too)."""
+    if case.stock is None:
+        return []
+    sched = case.stock()
+    ref = Case(sched, late=case.late, max_loras=case.max_loras)
+    for op in case.ops:
+        if op[0] == "add":
+            _, rid, adapter, prompt, max_tokens, resumable = op
+            sched.add_request(_request(rid, adapter, prompt, max_tokens, resumable=resumable))
+        elif op[0] == "abort":
+            abort(ref, op[1])
+        else:
+            _raw_step(ref)
+    for _ in range(limit):
+        if not sched.has_requests() and not ref.pending:
+            break
+        _raw_step(ref)
+    flush(ref)
+    return sorted(sched.requests)
+
+
+def _raw_step(case: Case) -> None:
+    """`step` without its checks (stock vLLM is the reference here, not the subject)."""
+    out = case.sched.schedule()
+    case.pending.append((out, _sampled(case.sched, out)))
+    while len(case.pending) > (1 if case.late else 0):
+        done, sampled = case.pending.pop(0)
+        case.sched.update_from_output(done, _output(done, sampled))
 
 
 # ---- the three reproductions, pinned --------------------------------------------------
@@ -185,13 +242,11 @@ def drain(case: Case, limit: int = 400) -> None:
 def test_an_id_reused_after_its_request_ends_is_a_new_request(async_class, end):
     """Finish-then-resubmit and abort-then-resubmit with the same id: the next
     steps serve the new request (the freed one is forgotten, not the new one)."""
-    from vllm.v1.request import RequestStatus
-
     case = Case(_fair(async_class), late=False, max_loras=1)
     add(case, _request("0", 1, 4, 2))
     add(case, _request("other", 2, 4, 6))
     if end == "abort":
-        case.sched.finish_requests("0", RequestStatus.FINISHED_ABORTED)
+        abort(case, "0")
     else:
         while "0" in case.sched.requests:
             step(case)
@@ -300,6 +355,26 @@ def test_a_held_session_holding_kv_blocks_does_not_deadlock():
     assert case.sched.faults == 0
 
 
+@pytest.mark.parametrize("async_class", [False, True], ids=["sync", "async"])
+def test_a_session_that_outgrows_the_kv_pool_holds_no_more_than_stock(async_class):
+    """A streaming session whose prompt grows past the KV pool (4 blocks of
+    16 tokens) can never be prefilled: stock vLLM's FCFS scan stops at it and
+    every later request waits too. The fair classes hold just what stock does."""
+    from vllm.v1.request import RequestStatus
+
+    case = Case(_fair(async_class, kv_blocks=4), late=async_class, max_loras=1,
+                stock=lambda: _fair(async_class, kv_blocks=4, cls=_stock(async_class)))
+    add(case, _request("s", 0, 20, 2, resumable=True))
+    for chunk in (20, 20, 20):
+        while case.sched.requests["s"].status != RequestStatus.WAITING_FOR_STREAMING_REQ:
+            step(case)
+        add(case, _request("s", 0, chunk, 2, resumable=True))
+    add(case, _request("after", 1, 4, 2))
+    drain(case)
+    assert sorted(case.sched.requests) == stock_holds(case, 400) == ["after", "s"]
+    assert case.sched.faults == 0
+
+
 def test_a_continued_session_is_indexed_from_its_next_chunk():
     """A session whose turn ended waits for its client outside the index; its
     next chunk puts it back, waiting since that step."""
@@ -339,9 +414,12 @@ class Lifecycle(RuleBasedStateMachine):
     @rule(max_loras=st.integers(1, 2), kv=st.sampled_from([None, 4, 12, 24]), late=st.booleans(),
           chunked=st.booleans(), s=st.sampled_from([0, 2, 8]))
     def setup(self, max_loras, kv, late, chunked, s):
-        sched = _fair(self.async_class, max_loras=max_loras, kv_blocks=kv, starvation_steps=s, chunked=chunked,
-                      cls=self.planted)
-        self.case = Case(sched, late=late and self.async_class, max_loras=max_loras)
+        def build(cls: type | None) -> object:
+            return _fair(self.async_class, max_loras=max_loras, kv_blocks=kv, starvation_steps=s, chunked=chunked,
+                         cls=cls)
+
+        self.case = Case(build(self.planted), late=late and self.async_class, max_loras=max_loras,
+                         stock=lambda: build(_stock(self.async_class)))
 
     def _live(self, resumable: bool | None = None) -> list[str]:
         from vllm.v1.request import RequestStatus
@@ -365,12 +443,9 @@ class Lifecycle(RuleBasedStateMachine):
     @precondition(lambda self: self.case is not None)
     @rule(data=st.data())
     def abort(self, data):
-        from vllm.v1.request import RequestStatus
-
         live = self._live()
         if live:
-            rid = data.draw(st.sampled_from(live))
-            self.case.sched.finish_requests(rid, RequestStatus.FINISHED_ABORTED)
+            abort(self.case, data.draw(st.sampled_from(live)))
 
     @precondition(lambda self: self.case is not None)
     @rule(adapter=st.integers(0, 4), prompt=st.integers(1, 20), out=st.integers(1, 4))
@@ -407,7 +482,8 @@ class Lifecycle(RuleBasedStateMachine):
             drain(self.case)
             self.case.sched.schedule()  # the mirror drops what was freed before a schedule()
             assert self.case.sched.faults == 0
-            assert not self.case.sched.mirror.reqs, f"mirror keeps entries {list(self.case.sched.mirror.reqs)}"
+            mirror = sorted(rs.req.id for rs in self.case.sched.mirror.reqs.values())
+            assert mirror == sorted(self.case.sched.requests), f"mirror keeps entries {mirror}"
 
 
 class AsyncLifecycle(Lifecycle):
@@ -443,6 +519,7 @@ def _planted_drift(kind: str) -> type:
     return IndexesEveryArrival
 
 
+@pytest.mark.release_slow  # the drift is planted in the project's class, not in vLLM
 @pytest.mark.parametrize("kind", ["freed by id", "session chunk indexed"])
 def test_the_lifecycle_machine_finds_a_planted_drift(kind):
     """Each drift the machine guards against, planted, is found."""

@@ -153,7 +153,7 @@ def test_vllm_runs_the_space_families_and_random_instances(tmp_path):
     """vLLM's own scheduler (in-process, the installed release) accepts every
     space family and a few random instances of each space, and its traces
     replay step for step through the reference, for vllm and fair."""
-    from lora_sched.conformance.inprocess import conform
+    from inprocess_cases import conform
 
     cases = [load(p)[1:3] for p in SPACE_FAMILIES]
     for space in NEW_SPACES:

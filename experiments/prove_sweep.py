@@ -1,15 +1,12 @@
-"""`lora-sched prove --sweep`: the Z3 check catalogue as Ray tasks.
+"""Do the Z3 verdicts hold across sweeps? (`python -m experiments.prove_sweep`).
 
-The catalogue is the manifest's configurations (`proofs/manifest.json`, with
-their expected verdicts) plus sweeps of `max_loras`, token budgets, seats and
-universe sizes, each point with `proofs.checks.default_checks`'s checks and
-expectations: `vllm` and `fair` prove the five safety properties by
-k-induction and keep `no_hol_blocking` to the BMC depth, `blocking` violates
-it. One Ray task (one CPU) per check, a line as each finishes.
-Exit codes as `lora-sched prove`: 0 when every verdict is the expected one,
-1 on an unexpected verdict, 2 on unknown / timeout / failed induction. Ray:
-a local instance on 127.0.0.1, or `RAY_ADDRESS`. Reached through
-`lora_sched.cli.MODES` with the arguments `proofs.cli` declares.
+The manifest's checks (`proofs/manifest.json`, with their expected verdicts)
+plus sweeps of `max_loras`, token budgets, seats and universe sizes, each
+point with `proofs.checks.default_checks`'s k-induction and BMC checks, one
+Ray task (one CPU) per check, a line as each finishes. Exit codes as
+`lora-sched prove`: 0 when every verdict is the expected one, 1 on an
+unexpected verdict, 2 on unknown / timeout / failed induction. Ray: a local
+instance on 127.0.0.1, or `RAY_ADDRESS`. Figures: experiments/README.md.
 """
 
 from __future__ import annotations
@@ -74,9 +71,15 @@ def verdict_code(check: Check, r: dict[str, Any]) -> int:
     return 2
 
 
-def main(args: argparse.Namespace) -> int:
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray on loopback, as `lora_sched.fuzz`
     import ray
 
+    p = argparse.ArgumentParser(prog="python -m experiments.prove_sweep", description=__doc__.splitlines()[0])
+    p.add_argument("--policy", help="only this policy's checks")
+    p.add_argument("--property", help="only this property's checks")
+    p.add_argument("--timeout", type=int, default=120, help="Z3 timeout per query, seconds")
+    args = p.parse_args(argv)
     checks = catalogue()
     if args.policy:
         checks = [c for c in checks if c.policy == args.policy]
@@ -91,7 +94,7 @@ def main(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     refs = {task.remote(c, args.timeout * 1000): c for c in checks}
     cpus = int(ray.cluster_resources().get("CPU", 1))
-    print(f"prove --sweep: {len(checks)} checks as Ray tasks on {cpus} CPUs", flush=True)
+    print(f"prove sweep: {len(checks)} checks as Ray tasks on {cpus} CPUs", flush=True)
     code = 0
     counts: dict[str, int] = {}
     while refs:
@@ -109,3 +112,7 @@ def main(args: argparse.Namespace) -> int:
           + ", ".join(f"{v} {n}" for v, n in sorted(counts.items()))
           + ("; all as expected" if code == 0 else "; some NOT as expected"), file=sys.stdout, flush=True)
     return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

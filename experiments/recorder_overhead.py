@@ -1,6 +1,6 @@
 """The in-vLLM recorder's cost per step, side by side with recording off.
 
-    python -m lora_sched.bench.recorder_overhead [--requests 3000] [--adapters 64] [--steps 600]
+    python -m experiments.recorder_overhead [--requests 3000] [--adapters 64] [--steps 600]
 
 vLLM's `Scheduler` is driven in-process (`conformance.inprocess`) through one
 workload with thousands of requests waiting, timed over `schedule()` +
@@ -65,7 +65,7 @@ def time_way(way: str, cfg: Config, reqs: list[Request], steps: int, tmp: Path) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lora_sched.bench.recorder_overhead",
+    p = argparse.ArgumentParser(prog="python -m experiments.recorder_overhead",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--requests", type=int, default=3000)
     p.add_argument("--adapters", type=int, default=64)

@@ -9,6 +9,7 @@ partial-trace report and a non-zero exit. These tests need the `vllm` extra
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -65,6 +66,16 @@ def test_killed_server_partial_trace(tmp_path, capsys):
     assert not _no_server_left()
 
 
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the server's process group, then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=wait)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+
+
 def _readme_deploy_command() -> str:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     after = readme.split("<!-- deploy-command:", 1)[1]
@@ -112,10 +123,66 @@ def test_readme_deploy_command(tmp_path):
         text = log.read_text(errors="replace")
         assert "lora_sched: fair on AsyncFairScheduler, starvation_steps=16, max_loras=2" in text, log_tail(log)
     finally:
-        for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 5)):
-            try:
-                os.killpg(proc.pid, sig)
-                proc.wait(timeout=wait)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                pass
+        _stop(proc)
     assert not _no_server_left()
+
+
+def test_recorded_wraps_a_users_class_inside_vllm_serve(tmp_path):
+    """`--scheduler-cls lora_sched.recorder.Recorded` with the catalogue's
+    `ShortestPromptFirst` named in `--additional-config`: the server serves
+    through the OpenAI client, its trace names the wrapped class, and `check`
+    on that trace finds the class's defect (a later, shorter prompt of lora1
+    admitted before an earlier, longer one while one seat is busy)."""
+    import time
+
+    from lora_sched.conformance.assets import ensure_assets
+    from lora_sched.conformance.server import free_port, log_tail, wait_ready
+    from openai import OpenAI
+
+    root = Path(__file__).resolve().parents[1]
+    assets = ensure_assets(1)
+    port = free_port()
+    trace = tmp_path / "recorded.jsonl"
+    wrapped = "examples.shortest_prompt_first.ShortestPromptFirst"
+    env = dict(os.environ, LORA_SCHED_TRACE=str(trace), VLLM_CPU_KVCACHE_SPACE="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), str(Path(__file__).parent / "amx_permission"),
+                                                    env.get("PYTHONPATH")) if p)
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(assets.model),
+           "--served-model-name", "base", "--host", "127.0.0.1", "--port", str(port),
+           "--enable-lora", "--max-loras", "1", "--max-lora-rank", "8",
+           "--lora-modules", f"lora1={assets.adapters['lora1']}", "--no-enable-prefix-caching",
+           "--max-num-seqs", "1", "--max-model-len", "512", "--seed", "0",
+           "--scheduler-cls", "lora_sched.recorder.Recorded",
+           "--additional-config", json.dumps({"lora_sched_record": {"scheduler_cls": wrapped}})]
+    log = tmp_path / "server.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
+    try:
+        wait_ready(proc, port, log, 240)
+        client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=120)
+
+        def complete(prompt: str, tokens: int) -> int:
+            out = client.completions.create(model="lora1", prompt=prompt, max_tokens=tokens, temperature=0.0,
+                                            extra_body={"ignore_eos": True})
+            return out.usage.completion_tokens
+
+        with ThreadPoolExecutor(3) as pool:
+            busy = pool.submit(complete, "w1 w2", 400)  # holds the one seat
+            time.sleep(1.0)
+            longer = pool.submit(complete, " ".join(f"w{i}" for i in range(40)), 4)
+            time.sleep(0.3)
+            shorter = pool.submit(complete, "w1", 4)
+            assert [busy.result(), longer.result(), shorter.result()] == [400, 4, 4]
+    except Exception as e:
+        raise AssertionError(f"{e}\n--- server log (last 150 lines) ---\n{log_tail(log, 150)}") from e
+    finally:
+        _stop(proc)
+    assert not _no_server_left()
+    header = json.loads(trace.read_text().splitlines()[0])
+    assert f"scheduler {wrapped}" in json.dumps(header), header
+    check = subprocess.run([sys.executable, "-m", "lora_sched", "check", str(trace), "--json"],
+                           capture_output=True, text=True, cwd=root, timeout=300)
+    assert check.returncode == 1, check.stdout + check.stderr
+    violated = {r["property"] for r in json.loads(check.stdout)["results"] if r["verdict"] == "violated"}
+    assert violated == {"fifo_within_adapter"}, check.stdout

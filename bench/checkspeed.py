@@ -1,13 +1,12 @@
 """`lora-sched check` at operator scale: steps per second and peak memory on long traces.
 
     python -m lora_sched.bench.checkspeed [--steps 10000 100000 ...] [--dir out/checkspeed]
-    python -m lora_sched.bench.checkspeed --goal   # a 4 M-step trace, against the goal
+    python -m lora_sched.bench.checkspeed --goal   # one 4 M-step trace, deleted afterwards unless --keep
 
-A light serving trace (docs/operator-scale.md) is simulated by the reference
-`vllm` policy and written gzip; `lora-sched check TRACE --policy vllm` then
-runs on it in a fresh process, whose wall and CPU time, steps per second and
-peak RSS are printed with the load average. `--goal` checks a 4 M-step trace
-(deleted afterwards unless `--keep`). Figures are printed, never asserted.
+A light serving trace (docs/operator-scale.md), simulated by the reference
+`vllm` policy and written gzip, is checked by `lora-sched check TRACE
+--policy vllm` in a fresh process; wall and CPU time, steps per second, peak
+RSS and the load average are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -87,10 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="trace lengths to generate and check (increasing: the peak RSS of each is its own)")
     p.add_argument("--dir", default="out/checkspeed", help="where the traces go")
     p.add_argument("--keep", action="store_true", help="keep the generated traces")
-    p.add_argument("--kv-blocks", type=int, default=None,
-                   help="KV blocks of 16 tokens (a recorded trace always has a limit; default: unlimited)")
-    p.add_argument("--goal", action="store_true",
-                   help=f"check one {GOAL_STEPS:,}-step trace and compare with issue 22's goal (minutes)")
+    p.add_argument("--kv-blocks", type=int, default=None, help="KV blocks of 16 tokens (default: unlimited)")
+    p.add_argument("--goal", action="store_true", help=f"check one {GOAL_STEPS:,}-step trace (minutes)")
     args = p.parse_args(argv)
     if args.goal:
         args.steps = [GOAL_STEPS]

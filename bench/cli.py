@@ -38,21 +38,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompts", type=int, default=None,
                         help=f"requests per policy (default {SEED_PROMPTS}, the seed's; with --live {LIVE_PROMPTS})")
     parser.add_argument("--vllm", choices=list(releases.RELEASES), default=releases.NEWEST,
-                        help=f"the vLLM release every simulated run follows (default {releases.NEWEST}; "
-                             "spec/releases.py)")
+                        help=f"the vLLM release every simulated run follows (default {releases.NEWEST})")
     parser.add_argument("--no-plots", action="store_true")
     parser.add_argument("--docs-img", default=None, help="also copy the plots into this directory")
     parser.add_argument("--live", action="store_true", help="run the policies inside the CPU vLLM server")
     parser.add_argument("--policies", default=None, metavar="P,Q",
-                        help="--live: the policies to serve (default blocking,vllm,fair); --overhead: the "
-                             "policies whose classes are timed next to stock's (default every class)")
+                        help="--live: the policies served (default blocking,vllm,fair); --overhead: those timed")
     parser.add_argument("--realistic", action="store_true",
-                        help="the realistic multi-tenant grid (Zipf adapters, Poisson / on-off arrivals, lognormal "
-                             "lengths; bench.realistic): table, fair's worst wait / B, plots")
+                        help="the realistic multi-tenant grid (bench.realistic): table, fair's worst wait / B, plots")
     parser.add_argument("--large", action="store_true", help="--realistic: the 48-workload grid (default 12)")
     parser.add_argument("--overhead", action="store_true",
-                        help="time vLLM's real schedule() + update_from_output() per step in-process, stock vs "
-                             "lora_sched.scheduler.CLASSES, over a W x A x max_loras grid (bench.overhead)")
+                        help="time vLLM's schedule() + update_from_output() per step, stock vs ours (bench.overhead)")
     parser.add_argument("--quick", action="store_true", help="--overhead: the tiny grid (tests)")
 
 

@@ -1,7 +1,6 @@
 """Scheduler overhead: vLLM's real `schedule()` + `update_from_output()` per step, stock vs ours.
 
-    python -m lora_sched.bench.overhead [--quick] [--steps N] [--overhead-queue priority] [--out [PATH]]
-                                        [--profile CLASS]
+    python -m lora_sched.bench.overhead [--quick] [--steps N] [--waiting W,...] [--out [PATH]]
     lora-sched bench --overhead ...
 
 Times that scheduler work for vLLM's stock `Scheduler` and `AsyncScheduler`
@@ -10,25 +9,22 @@ and every class of `lora_sched.scheduler.CLASSES`, built in-process as
 each output one step late), on a closed-loop workload over the grid W x A x
 max_loras (docs/bench.md). Per cell the classes are warmed up and measured
 round robin; a class's figure is its median ms/step in wall and thread CPU
-time, its ratio over its stock base, flagged over 1.2. `--profile CLASS`
-prints one cell's 15 largest cumulative functions (cProfile); `--out [PATH]`
-writes JSON (default `bench/results/overhead.json`).
+time, its ratio over its stock base, flagged over 1.2. `--out [PATH]`
+writes JSON (default `bench/results/overhead.json`). Other loads and a
+profile: `python -m experiments.overhead_load`.
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
 import gc
-import io
 import json
 import os
-import pstats
 import random
 import statistics
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,20 +98,6 @@ def _summary(values: Sequence[float]) -> dict[str, float]:
     return {"min": min(values), "max": max(values), "mean": statistics.fmean(values)} if values else {}
 
 
-@dataclass(frozen=True)
-class Load:
-    """The steady state besides the cell: vLLM's waiting queue (`fcfs`, or `priority`, every
-    request at priority 0), the base model's share of requests, and the KV pool as a fraction
-    of what the batch and 8 more requests need at their longest (below 1, preemptions)."""
-
-    queue: str = "fcfs"
-    base_share: float = 0.0
-    kv_fraction: float = 1.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"queue": self.queue, "base_share": self.base_share, "kv_fraction": self.kv_fraction}
-
-
 @dataclass
 class Runner:
     """One scheduler driven through the closed loop of `Cell`."""
@@ -124,7 +106,6 @@ class Runner:
     cell: Cell
     sched: Any
     rng: random.Random
-    base_share: float = 0.0
     next_id: int = 0
     queue: list[tuple[Any, set[str]]] = field(default_factory=list)  # scheduled, output not applied
     reissue: list[int] = field(default_factory=list)  # adapters of the clients whose request finished
@@ -161,9 +142,7 @@ class Runner:
             self.add(self.draw_adapter(), self.rng.randint(*OUTPUT))
 
     def draw_adapter(self) -> int:
-        """A new client's adapter: uniform over 1..A, or the base model (0) at `base_share`."""
-        if self.base_share and self.rng.random() < self.base_share:
-            return 0
+        """A new client's adapter: uniform over 1..A."""
         return self.rng.randint(1, self.cell.adapters)
 
     def refill(self, *, broken: bool = False) -> None:
@@ -177,18 +156,14 @@ class Runner:
             adapter = adapters[i] if i < len(adapters) else self.draw_adapter()
             self.add(adapter, self.rng.randint(*OUTPUT))
 
-    def step(self, *, measured: bool, profile: cProfile.Profile | None = None) -> None:
+    def step(self, *, measured: bool) -> None:
         from lora_sched.conformance.inprocess import _model_output
 
         sched = self.sched
         running, waiting = sched.get_request_counts()
-        if profile is not None:
-            profile.enable()
         c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
         out = sched.schedule()
         t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
-        if profile is not None:
-            profile.disable()
         running_after = len(sched.running)
         sampled = {rid for rid in out.num_scheduled_tokens if not sched.requests[rid].is_prefill_chunk}
         self.queue.append((out, sampled))
@@ -196,13 +171,9 @@ class Runner:
         if len(self.queue) > (1 if self.entry.is_async else 0):
             done, done_sampled = self.queue.pop(0)
             model_output = _model_output(done, done_sampled)
-            if profile is not None:
-                profile.enable()
             c2, t2 = time.thread_time_ns(), time.perf_counter_ns()
             sched.update_from_output(done, model_output)
             t3, c3 = time.perf_counter_ns(), time.thread_time_ns()
-            if profile is not None:
-                profile.disable()
             for rid in done.num_scheduled_tokens:
                 if rid not in sched.requests:
                     self.reissue.append(self.adapter_of.pop(rid))
@@ -238,30 +209,36 @@ class Runner:
         }
 
 
-def build(entry: Entry, cell: Cell, *, starvation_steps: int, seed: int, load: Load = Load()) -> Runner:
-    """`entry`'s class configured for `cell`, built as `conformance.inprocess` builds vLLM's."""
+def config(entry: Entry, cell: Cell, starvation_steps: int, kv_blocks: int | None = None, **kw: Any) -> Config:
+    """The `Config` `entry`'s class runs `cell` under: KV blocks for the batch and 8 more requests
+    at their longest unless `kv_blocks` is given; `kw`: more `Config` fields."""
+    per_request = -(-(PROMPT + OUTPUT[1]) // BLOCK_SIZE)
+    return Config(max_loras=cell.max_loras, max_num_seqs=RUNNING, max_num_batched_tokens=BUDGET,
+                  kv_blocks=kv_blocks or (RUNNING + 8) * per_request, block_size=BLOCK_SIZE,
+                  async_scheduling=entry.is_async, policy="vllm", starvation_steps=starvation_steps, **kw)
+
+
+def build(entry: Entry, cell: Cell, *, starvation_steps: int, seed: int, runner: type[Runner] = Runner,
+          cfg: Config | None = None) -> Runner:
+    """`entry`'s class configured for `cell` (or `cfg`), built as `conformance.inprocess` builds vLLM's."""
     from lora_sched.conformance.inprocess import make_scheduler
 
-    per_request = -(-(PROMPT + OUTPUT[1]) // BLOCK_SIZE)
-    cfg = Config(max_loras=cell.max_loras, max_num_seqs=RUNNING, max_num_batched_tokens=BUDGET,
-                 kv_blocks=max(per_request, int((RUNNING + 8) * per_request * load.kv_fraction)),
-                 block_size=BLOCK_SIZE, async_scheduling=entry.is_async, policy="vllm",
-                 starvation_steps=starvation_steps, queue=load.queue)
-    sched = make_scheduler(cfg, scheduler_class=entry.cls)
-    runner = Runner(entry, cell, sched, random.Random(f"{seed}:{cell.waiting}:{cell.adapters}:{cell.max_loras}"),
-                    load.base_share)
-    runner.fill()
-    return runner
+    sched = make_scheduler(cfg or config(entry, cell, starvation_steps), scheduler_class=entry.cls)
+    out = runner(entry, cell, sched, random.Random(f"{seed}:{cell.waiting}:{cell.adapters}:{cell.max_loras}"))
+    out.fill()
+    return out
+
+
+Build = Callable[..., Runner]  # `build`'s signature
 
 
 def run_cell(cell: Cell, chosen: Sequence[Entry], *, steps: int, warmup: int, starvation_steps: int,
-             seed: int, cell_seconds: float = 0.0, profile: cProfile.Profile | None = None,
-             broken_refill: bool = False, load: Load = Load()) -> list[Runner]:
-    """Build, warm up and measure every class of `chosen` on `cell`, interleaved.
+             seed: int, cell_seconds: float = 0.0, broken_refill: bool = False, make: Build = build) -> list[Runner]:
+    """Build (with `make`), warm up and measure every class of `chosen` on `cell`, interleaved.
 
     `steps` rounds at least; then more (up to `EXTRA` x `steps` in all) while
     the measured rounds have taken less than `cell_seconds`."""
-    runners = [build(e, cell, starvation_steps=starvation_steps, seed=seed, load=load) for e in chosen]
+    runners = [make(e, cell, starvation_steps=starvation_steps, seed=seed) for e in chosen]
     for _ in range(warmup):
         for r in runners:
             r.refill()
@@ -275,7 +252,7 @@ def run_cell(cell: Cell, chosen: Sequence[Entry], *, steps: int, warmup: int, st
             k += 1
             for r in runners[shift:] + runners[:shift]:
                 r.refill(broken=broken_refill)
-                r.step(measured=True, profile=profile)
+                r.step(measured=True)
     finally:
         gc.unfreeze()
     return runners
@@ -299,7 +276,7 @@ def grid(waiting: Iterable[int], adapters: Iterable[int], max_loras: Iterable[in
 
 def run_grid(cells: Sequence[Cell], *, steps: int, warmup: int, starvation_steps: int, seed: int = 0,
              cell_seconds: float = 0.0, broken_refill: bool = False, log: Any = None,
-             policies: Sequence[str] | None = None, load: Load = Load()) -> dict[str, Any]:
+             policies: Sequence[str] | None = None, make: Build = build) -> dict[str, Any]:
     """Every cell, every class (or stock's and `policies`' only); the results as the JSON `--out` writes."""
     import vllm
 
@@ -313,7 +290,7 @@ def run_grid(cells: Sequence[Cell], *, steps: int, warmup: int, starvation_steps
     for cell in cells:
         t = time.perf_counter()
         runners = run_cell(cell, chosen, steps=steps, warmup=warmup, starvation_steps=starvation_steps,
-                           seed=seed, cell_seconds=cell_seconds, broken_refill=broken_refill, load=load)
+                           seed=seed, cell_seconds=cell_seconds, broken_refill=broken_refill, make=make)
         results.append(cell_result(cell, runners))
         del runners
         if log:
@@ -325,7 +302,7 @@ def run_grid(cells: Sequence[Cell], *, steps: int, warmup: int, starvation_steps
         "config": {"running": RUNNING, "max_num_seqs": RUNNING, "max_num_batched_tokens": BUDGET,
                    "prompt_tokens": PROMPT, "output_tokens": list(OUTPUT), "block_size": BLOCK_SIZE,
                    "starvation_steps": starvation_steps, "steps": steps, "warmup": warmup,
-                   "cell_seconds": cell_seconds, "max_steps": EXTRA * steps, **load.to_dict()},
+                   "cell_seconds": cell_seconds, "max_steps": EXTRA * steps},
         "classes": [{"class": e.name, "policy": e.policy, "async": e.is_async, "base": e.base} for e in chosen],
         "cells": results, "wall_s": time.perf_counter() - t_start,
     }
@@ -363,24 +340,6 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def profile_cell(name: str, cell: Cell, *, steps: int, warmup: int, starvation_steps: int, seed: int = 0,
-                 top: int = 15, load: Load = Load()) -> str:
-    """cProfile's top `top` functions by cumulative time over `name`'s measured steps on `cell`."""
-    chosen = [e for e in entries() if name in (e.name, e.policy) and not (e.policy == name and e.is_async)]
-    if not chosen:
-        known = ", ".join(e.name for e in entries())
-        raise SystemExit(f"error: --profile: unknown class {name!r} (known: {known}, or a policy name)")
-    prof = cProfile.Profile()
-    runners = run_cell(cell, chosen[:1], steps=steps, warmup=warmup, starvation_steps=starvation_steps,
-                       seed=seed, profile=prof, load=load)
-    buf = io.StringIO()
-    r = runners[0]
-    buf.write(f"== {r.entry.name} on {cell.label}: {len(r.step_ns)} steps, median "
-              f"{statistics.median(r.step_ns) / 1e6:.2f} ms/step (profiled) ==\n")
-    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(top)
-    return buf.getvalue()
-
-
 # ---- CLI ----------------------------------------------------------------------------
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -405,21 +364,8 @@ def add_arguments(parser: argparse.ArgumentParser | Any, *, standalone: bool = T
     parser.add_argument("--max-loras", default=None, help=f"max_loras values (default {','.join(map(str, MAX_LORAS))})")
     parser.add_argument("--starvation-steps", type=int, default=None,
                         help="lora_sched's starvation_steps, as --additional-config passes it (default 16)")
-    parser.add_argument("--overhead-queue", choices=("fcfs", "priority"), default="fcfs",
-                        help="vLLM's waiting queue (--scheduling-policy; default fcfs; priority: every "
-                             "request at priority 0, the heap ordered by arrival)")
-    parser.add_argument("--overhead-base-share", type=float, default=0.0, metavar="F",
-                        help="the share of requests for the base model, 0 <= F < 1 (default 0)")
-    parser.add_argument("--overhead-kv", type=float, default=1.0, metavar="F",
-                        help="the KV pool as a fraction of what the batch and 8 more requests need at "
-                             "their longest, 0 < F <= 1 (default 1; below it, running requests are preempted)")
     parser.add_argument("--overhead-policies", default=None, metavar="P,Q",
                         help="time only these policies' classes next to stock's (default: every class)")
-    parser.add_argument("--profile", metavar="CLASS", default=None,
-                        help="cProfile one class (a class name, or a policy for its sync class) on one cell; "
-                             "prints the top 15 functions by cumulative time")
-    parser.add_argument("--cell", default=None, metavar="W,A,MAX_LORAS",
-                        help="--profile's cell (default the grid's largest W and A, smallest max_loras)")
     if standalone:
         parser.add_argument("--out", nargs="?", const=DEFAULT_OUT, default=None,
                             help=f"write the results as JSON to this file (PATH/overhead.json unless PATH ends in "
@@ -431,7 +377,8 @@ def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def main(args: argparse.Namespace) -> int:
+def settings(args: argparse.Namespace) -> dict[str, Any] | str:
+    """`run_grid`'s arguments from the flags (`cells` first), or the error."""
     quick = bool(args.quick)
     pick = lambda flag, key, full: _ints(flag) if flag else (QUICK[key] if quick else full)  # noqa: E731
     waiting = pick(args.waiting, "waiting", WAITING)
@@ -447,35 +394,32 @@ def main(args: argparse.Namespace) -> int:
     raw_seed = getattr(args, "seed", 0)
     seed = int(raw_seed) if str(raw_seed).isdigit() else sum(map(ord, str(raw_seed)))
     if steps < 1 or warmup < 0 or min(waiting + adapters + max_loras) < 0 or min(adapters + max_loras) < 1:
-        print("error: --steps must be >= 1, --warmup >= 0, W >= 0, A and max_loras >= 1")
-        return 2
-    load = Load(getattr(args, "overhead_queue", "fcfs"), getattr(args, "overhead_base_share", 0.0),
-                getattr(args, "overhead_kv", 1.0))
-    if not (0 <= load.base_share < 1 and 0 < load.kv_fraction <= 1):
-        print("error: --overhead-base-share must be in [0, 1) and --overhead-kv in (0, 1]")
-        return 2
-    if args.profile:
-        cell = Cell(*_ints(args.cell)) if args.cell else Cell(max(waiting), max(adapters), min(max_loras))
-        print(profile_cell(args.profile, cell, steps=steps, warmup=warmup, starvation_steps=s, seed=seed,
-                           load=load))
-        return 0
-    cells = grid(waiting, adapters, max_loras)
-    _progress(f"overhead: {len(cells)} cells, {steps} steps or more within {cell_seconds} s (warmup {warmup}), "
-              f"starvation_steps {s}, seed {seed}")
+        return "--steps must be >= 1, --warmup >= 0, W >= 0, A and max_loras >= 1"
     only = tuple(x for x in args.overhead_policies.split(",") if x) if getattr(args, "overhead_policies", None) \
         else None
     known = {e.policy for e in entries()} - {"stock"}
     if only is not None and not set(only) <= known:
-        print(f"error: --overhead-policies: {', '.join(sorted(set(only) - known))} not shipped; "
-              f"choose from {', '.join(sorted(known))}")
+        return (f"--overhead-policies: {', '.join(sorted(set(only) - known))} not shipped; "
+                f"choose from {', '.join(sorted(known))}")
+    return {"cells": grid(waiting, adapters, max_loras), "steps": steps, "warmup": warmup, "starvation_steps": s,
+            "seed": seed, "cell_seconds": cell_seconds, "policies": only}
+
+
+def main(args: argparse.Namespace, *, make: Build = build, note: str = "", config: dict[str, Any] | None = None
+         ) -> int:
+    """The grid's run, table and JSON; `make`, `note` (the heading's) and `config` (the JSON's) give
+    another load (`experiments.overhead_load`)."""
+    got = settings(args)
+    if isinstance(got, str):
+        print(f"error: {got}")
         return 2
-    report = run_grid(cells, steps=steps, warmup=warmup, starvation_steps=s, seed=seed, cell_seconds=cell_seconds,
-                      log=_progress, policies=only, load=load)
+    cells, s, steps = got.pop("cells"), got["starvation_steps"], got["steps"]
+    _progress(f"overhead: {len(cells)} cells, {steps} steps or more within {got['cell_seconds']} s "
+              f"(warmup {got['warmup']}), starvation_steps {s}, seed {got['seed']}")
+    report = run_grid(cells, **got, log=_progress, make=make)
+    report["config"].update(config or {})
     print(f"== Scheduler overhead: vLLM {report['vllm']} schedule() + update_from_output(), "
-          f"{RUNNING} running, budget {BUDGET}, starvation_steps {s}, {steps}-{EXTRA * steps} steps/cell"
-          f"{', priority queue' if load.queue == 'priority' else ''}"
-          f"{f', base model {load.base_share:.0%}' if load.base_share else ''}"
-          f"{f', KV {load.kv_fraction:.0%}' if load.kv_fraction < 1 else ''} ==")
+          f"{RUNNING} running, budget {BUDGET}, starvation_steps {s}, {steps}-{EXTRA * steps} steps/cell{note} ==")
     print(table(report))
     if args.out:
         out = Path(args.out)

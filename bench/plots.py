@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 import matplotlib
-import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -23,6 +22,29 @@ def color(policy: str) -> str:
     return COLORS[policy]
 
 
+def _save(fig, path: Path) -> Path:
+    """Lay out, write at 110 dpi and close `fig`."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _adapter_bars(ax, per_policy: dict[str, dict], ylabel: str, title: str, floor: float = 0.0) -> None:
+    """Per adapter, per policy: max wait faint, mean wait solid (`per_policy`: policy -> adapter -> figures)."""
+    width = 0.8 / max(1, len(per_policy))
+    for i, (name, ad) in enumerate(per_policy.items()):
+        adapters = sorted(ad, key=int)
+        xs = [int(a) + (i - (len(per_policy) - 1) / 2) * width for a in adapters]
+        ax.bar(xs, [ad[a]["max_wait_steps"] for a in adapters], width, alpha=0.35, color=color(name))
+        ax.bar(xs, [max(ad[a]["mean_wait_steps"], floor) for a in adapters], width, label=name, color=color(name))
+    ax.set_xlabel("adapter")
+    ax.set_ylabel(ylabel)
+    ax.set_yscale("log")
+    ax.legend()
+    ax.set_title(title)
+
+
 def wait_distribution(runs: dict[str, PolicyRun], path: Path) -> Path:
     """Per policy: histogram of waits; per adapter: mean and max wait (steps)."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -34,22 +56,9 @@ def wait_distribution(runs: dict[str, PolicyRun], path: Path) -> Path:
     axes[0].set_yscale("log")
     axes[0].legend()
     axes[0].set_title("wait distribution per policy")
-    width = 0.8 / max(1, len(runs))
-    for i, (name, r) in enumerate(runs.items()):
-        adapters = sorted(r.adapters)
-        xs = [a + (i - (len(runs) - 1) / 2) * width for a in adapters]
-        axes[1].bar(xs, [r.adapters[a]["max_wait_steps"] for a in adapters], width, alpha=0.35, color=color(name))
-        axes[1].bar(xs, [r.adapters[a]["mean_wait_steps"] for a in adapters], width, label=name,
-                    color=color(name))
-    axes[1].set_xlabel("adapter")
-    axes[1].set_ylabel("wait (steps): mean solid, max faint")
-    axes[1].set_yscale("log")
-    axes[1].legend()
-    axes[1].set_title("wait per adapter")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    _adapter_bars(axes[1], {name: r.adapters for name, r in runs.items()}, "wait (steps): mean solid, max faint",
+                  "wait per adapter")
+    return _save(fig, path)
 
 
 def starvation(rows: list[dict], path: Path) -> Path:
@@ -63,10 +72,7 @@ def starvation(rows: list[dict], path: Path) -> Path:
     ax.set_xscale("log")
     ax.set_title("starvation stream (max_loras 2)")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def tuning(sweep: dict, path: Path) -> Path:
@@ -92,10 +98,7 @@ def tuning(sweep: dict, path: Path) -> Path:
     axes[1].set_ylabel("fair: max wait (steps)")
     axes[1].set_yscale("log")
     axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def live(runs: dict[str, dict], path: Path) -> Path:
@@ -109,23 +112,10 @@ def live(runs: dict[str, dict], path: Path) -> Path:
     axes[0].set_ylabel("fraction of requests")
     axes[0].set_title("live: TTFT distribution per policy")
     axes[0].legend()
-    width = 0.8 / max(1, len(runs))
-    for i, (name, r) in enumerate(runs.items()):
-        ad = r["trace"]["adapters"]
-        adapters = sorted(ad)
-        xs = [int(a) + (i - (len(runs) - 1) / 2) * width for a in adapters]
-        axes[1].bar(xs, [ad[a]["max_wait_steps"] for a in adapters], width, alpha=0.35, color=color(name))
-        axes[1].bar(xs, [max(ad[a]["mean_wait_steps"], 0.5) for a in adapters], width, label=name,
-                    color=color(name))
-    axes[1].set_xlabel("adapter")
-    axes[1].set_ylabel("wait (engine steps): mean solid, max faint")
-    axes[1].set_yscale("log")
-    axes[1].set_title("live: wait before first admission per adapter")
-    axes[1].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    _adapter_bars(axes[1], {name: r["trace"]["adapters"] for name, r in runs.items()},
+                  "wait (engine steps): mean solid, max faint", "live: wait before first admission per adapter",
+                  floor=0.5)
+    return _save(fig, path)
 
 
 def publish(paths: list[Path], docs_img: str | None) -> None:
@@ -160,10 +150,7 @@ def realistic_adapters(rows: list[dict], path: Path) -> Path:
         ax.set_ylabel("p99 wait + 1 (steps)")
         ax.set_title(w, fontsize=8)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def realistic_tradeoff(rows: list[dict], path: Path) -> Path:
@@ -186,7 +173,4 @@ def realistic_tradeoff(rows: list[dict], path: Path) -> Path:
     ax.set_ylabel("tail / head mean wait")
     ax.set_title("realistic grid: filled = design set, hollow = held out")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)

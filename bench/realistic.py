@@ -1,15 +1,12 @@
 """Realistic multi-tenant traffic: the workloads `fair` is judged on first (docs/fair.md).
 
-Many adapters with Zipf popularity plus base-model traffic, Poisson or on/off
-arrivals, lognormal prompt and output lengths (medians 200 and 120 tokens,
-sigma 1, clipped to 2048). `workload` turns a seeded
-`Spec` into requests; `grid` is a fixed list of specs whose index decides the
-*design* set (index divisible by 3) or *held out* (the rest). Load
+`workload` turns a seeded `Spec` (Zipf adapters plus base-model traffic,
+Poisson or on/off arrivals, lognormal lengths: medians 200 and 120 tokens,
+sigma 1, clipped to 2048) into requests; `grid` is a fixed list of specs
+whose index decides the design set (divisible by 3) or held out. Load
 (`Spec.unit`) is relative to `vllm`'s completions per step on the burst
 (`capacity`) or to `max_num_seqs / E[output]`; time is in scheduler steps.
-`measure` gives per policy and workload the throughput against `vllm`, the
-waits to first admission, tail/head (`bench.popularity`) and, for fair,
-worst wait / B (`policy.bound.observed_bound`).
+`measure`: throughput against `vllm`, waits, tail/head and fair's worst wait / B.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Simulated benchmark: the seed's configuration through the reference policies.
 
 The reference policies schedule step by step and the cost model
-(`policy.costmodel`) turns each step into seconds. From the per-request token
-timeline this computes the result block of vLLM's `benchmark_serving.py`,
-with its definitions (duration, TTFT, TPOT, ITL, numpy's linear percentiles),
-plus each adapter's mean and maximum wait before first admission.
-`seed_requests`: 500 prompts from `policy.workloads.seed_mix` rescaled to the
-seed's 124520 tokens, adapters round robin over 8 LoRAs (or uniform with
-`assign="random"`), 120 output tokens, every request at step 1.
+(`policy.costmodel`) turns each step into seconds; from the per-request token
+timeline this computes the result block of vLLM's `benchmark_serving.py`, with
+its definitions (duration, TTFT, TPOT, ITL, numpy's linear percentiles), and
+each adapter's mean and maximum wait before first admission. `seed_requests`:
+500 prompts from `policy.workloads.seed_mix` rescaled to the seed's 124520
+tokens, adapters round robin over 8 LoRAs (or uniform with `assign="random"`),
+120 output tokens, every request at step 1.
 """
 
 from __future__ import annotations

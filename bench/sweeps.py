@@ -1,7 +1,7 @@
 """The starvation sweep and the tuning of `fair`'s `starvation_steps`.
 
 `starvation_sweep`: the starved request's wait per policy as the stream that
-starves it grows, beside B (`policy.fair.fair_bound`). `tuning_sweep`:
+starves it grows, beside B (`policy.bound.fair_bound`). `tuning_sweep`:
 throughput(fair) / throughput(vllm) (cost-model seconds) against S, and the
 smallest S that keeps the ratio >= 0.97 on every workload.
 """

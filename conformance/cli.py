@@ -1,16 +1,11 @@
 """`lora-sched conform`: run vLLM (live or in-process) and check it against the reference.
 
-Live (default): vLLM's OpenAI server on 127.0.0.1 with the policy's recording
-scheduler class, driven through the HTTP API (`conformance.server`);
-`--in-process` drives the class directly. The recorded trace is checked for
-every property (`policy.check`) and replayed through the reference
-(`policy.replay`). Exit 0 only when everything holds.
-
-`--in-process --scheduler-cls CLASS` runs a user's class instead
-(`conformance.target`): every property is judged, the safety ones (and
-`--expect`'s) decide the exit status, the replay is off (no reference models
-the class); a crash inside the class fails the run and its partial trace is
-judged too.
+Live (default): vLLM's OpenAI server with the policy's recording scheduler
+class, driven through the HTTP API (`conformance.server`); `--in-process`
+drives the class directly. The trace is checked for every property
+(`policy.check`) and replayed through the reference (`policy.replay`); exit 0
+only when everything holds. `--in-process --scheduler-cls CLASS` runs a
+user's class instead, judged without a replay (docs/verify-your-scheduler.md).
 """
 
 from __future__ import annotations
@@ -34,22 +29,17 @@ from lora_sched.spec.trace import TraceError, read_trace
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", choices=IN_VLLM, default="vllm")
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default="seed")
-    p.add_argument("--in-process", action="store_true",
-                   help="drive vLLM's Scheduler class directly (no model, no server)")
-    p.add_argument("--async-scheduling", action="store_true",
-                   help="in-process only: use vLLM's AsyncScheduler")
+    p.add_argument("--in-process", action="store_true", help="drive vLLM's Scheduler class directly (no server)")
+    p.add_argument("--async-scheduling", action="store_true", help="in-process only: use vLLM's AsyncScheduler")
     p.add_argument("--model", help="a model directory (default: the generated tiny Llama)")
     p.add_argument("--lora-module", action="append", default=[], metavar="NAME=PATH",
-                   help="an adapter to serve; adapter k of the scenario is the k-th one given "
-                        "(default: the generated adapters lora1..loraN)")
+                   help="an adapter to serve, the k-th given is adapter k (default: the generated lora1..loraN)")
     p.add_argument("--out", default="out/conform", help="directory for the trace and the server log")
     p.add_argument("--tick", type=float, default=0.05, help="live: seconds per arrival step")
     p.add_argument("--start-timeout", type=float, default=240.0, help="live: seconds to wait for readiness")
-    p.add_argument("--kill-server-after", type=float, metavar="SECONDS",
-                   help="failure injection: SIGKILL the server this long into the run")
+    p.add_argument("--kill-server-after", type=float, metavar="SECONDS", help="SIGKILL the server after this long")
     p.add_argument("--scheduler-cls", metavar="CLASS",
-                   help="in-process only: run this scheduler class (pkg.module.Class or path/to/file.py:Class); "
-                        "every property judged, no replay")
+                   help="in-process only: run this class (pkg.module.Class or path/to/file.py:Class), no replay")
     p.add_argument("--expect", action="append", default=[], choices=[*LIVENESS, *SAFETY], metavar="PROP",
                    help="with --scheduler-cls: PROP's violation also fails the run (repeatable)")
 

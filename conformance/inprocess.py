@@ -4,9 +4,8 @@
 as vLLM's own tests do (`tests/v1/core/utils.py::create_scheduler`), its
 model config pointing at the tiny Llama of `conformance.assets` (no weights
 loaded). `run_workload` feeds a `policy.driver.Workload` step by step, fakes
-the runner's output (one never-EOS token for each request not mid-prefill)
-and records the trace; `conform` replays it through the reference. Aborts
-are applied between two steps, where the reference applies them.
+the runner's output (one never-EOS token for each request not mid-prefill),
+applies aborts between two steps, as the reference does, and records the trace.
 """
 
 from __future__ import annotations
@@ -16,17 +15,12 @@ import os
 # Quiet vLLM (read at its first import). A live server started later inherits it:
 # tools that may start one import this module only where they drive vLLM in-process.
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-import tempfile
-from dataclasses import dataclass
-from pathlib import Path
 
 from lora_sched.conformance.assets import ensure_assets
 from lora_sched.policy.driver import Workload
-from lora_sched.policy.replay import ReplayResult, replay
 from lora_sched.spec import releases
 from lora_sched.spec.config import Config, throttled
 from lora_sched.spec.request import Request
-from lora_sched.spec.trace import read_trace
 
 TOKEN = 7  # any id but EOS (2) of the tiny model
 MAX_MODEL_LEN = 2048
@@ -205,26 +199,3 @@ def run_workload(cfg: Config, workload: Workload, trace_path: str | os.PathLike[
     finally:
         sched.stop_recording()
     return step
-
-
-@dataclass
-class Outcome:
-    trace: Path
-    steps: int
-    replay: ReplayResult
-
-
-def conform(cfg: Config, workload: Workload, trace_path: str | os.PathLike[str] | None = None,
-            *, policy: str | None = None) -> Outcome:
-    """Record vLLM on `workload` and replay the trace through the reference."""
-    policy = policy or cfg.policy
-    if trace_path is None:
-        # tmpfs when there is one: the writer fsyncs on close.
-        tmp = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        fd, name = tempfile.mkstemp(prefix="lora-sched-", suffix=".jsonl", dir=tmp)
-        os.close(fd)
-        trace_path = name
-    steps = run_workload(cfg, workload, trace_path, policy=policy)
-    trace = read_trace(trace_path)
-    return Outcome(Path(trace_path), steps, replay(trace, policy))
-

@@ -2,16 +2,12 @@
 
 `load(path)` resolves `pkg.module.Class` (the form vLLM's `--scheduler-cls`
 takes) or `path/to/file.py:Class` and validates it the way vLLM's engine core
-would use it: the class exists, subclasses vLLM's `Scheduler` (the
-`SchedulerInterface` the engine drives, with the queues the recorder reads),
-and accepts the engine core's constructor call. Anything else is a
+would use it (docs/verify-your-scheduler.md); anything else is a
 `TargetError` whose message is one line naming the path and what is wrong.
-
 The loaded `Target` carries `recorded`: the class with
 `lora_sched.recorder.RecorderMixin` in front, whose trace header names the
-installed vLLM and the class (`vllm 0.32.0; scheduler pkg.mod.Class`) and
-whose recorder raises instead of stopping silently (`rec_strict`). A subclass
-of vLLM's `AsyncScheduler` is driven asynchronously, as the engine would.
+installed vLLM and the class and whose recorder raises instead of stopping
+silently (`rec_strict`). A subclass of vLLM's `AsyncScheduler` runs async.
 """
 
 from __future__ import annotations

@@ -28,18 +28,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="first workload seed (default 0)")
     p.add_argument("--address", help="an existing Ray cluster (default: a local Ray instance on 127.0.0.1)")
     p.add_argument("--chunk", type=int, default=8, help="workloads per Ray task (default 8)")
-    p.add_argument("--shrink-runs", type=int, default=1000,
-                   help="most vLLM runs to shrink one finding (default 1000; at most 3 minutes)")
+    p.add_argument("--shrink-runs", type=int, default=1000, help="most vLLM runs to shrink one finding (<= 3 min)")
     p.add_argument("--no-shrink", action="store_true", help="record findings without shrinking them")
     p.add_argument("--replay-against", choices=["blocking", "vllm", "fair"],
-                   help="replay every trace through this reference instead of its own policy "
-                        "(plants a known divergence: for testing the campaign itself)")
+                   help="replay every trace through this reference instead (plants a divergence: tests)")
     p.add_argument("--scheduler-cls", metavar="CLASS",
-                   help="run this scheduler class (pkg.module.Class or path/to/file.py:Class) on the LoRA "
-                        "family; the safety properties decide, no replay")
+                   help="run this class (pkg.module.Class or path/to/file.py:Class) on the LoRA family, no replay")
     p.add_argument("--expect", action="append", default=[], choices=[*LIVENESS, *SAFETY], metavar="PROP",
-                   help="with --scheduler-cls: also a finding when PROP is violated (no_hol_blocking, "
-                        "bounded_wait: judged by growth); repeatable")
+                   help="with --scheduler-cls: PROP's violation is a finding too (bounded_wait by growth)")
 
 
 def main(args: argparse.Namespace) -> int:

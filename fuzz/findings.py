@@ -2,13 +2,10 @@
 
 A finding is keyed by its failure signature (`fuzz.runner.Failure.signature`);
 later workloads with it count as hits. A shrunk finding is written under
-`<out>/findings/<slug>/`: `case.json`, `trace.jsonl` (vLLM's trace, up to the
-crash for a crash), `trace.itf.json` (the same steps in ITF, as
-`proofs.cex`), `trace.html` (the timeline `lora-sched view` draws, written
-by running that command, the view layer sitting above fuzz) and
-`test_<slug>.py`, a pytest case asserting that the failure reproduces on
-vLLM. A user's class (`FuzzCase.scheduler_cls`) is imported by its path in
-the reproducer, which needs only vLLM and lora_sched.
+`<out>/findings/<slug>/` (the files: docs/fuzz.md); `trace.html` is written by
+running `lora-sched view`, the view layer sitting above fuzz. A user's class
+(`FuzzCase.scheduler_cls`) is imported by its path in the reproducer, which
+needs only vLLM and lora_sched.
 """
 
 from __future__ import annotations

@@ -2,12 +2,9 @@
 
 A starvation-free scheduler's worst wait does not grow with the number of
 later arrivals. `growth(target)` runs each stream family of
-`policy.workloads.FAMILIES` (the pressure per step fixed, only the stream
-longer) at `LENGTHS` (1x, 2x, 4x) on the user's class in-process and reads
-the worst wait before first admission of each run. A family whose worst wait
-grows at every doubling, by at least the shortest stream's length from 1x to
-4x, is starvation: the wait follows the stream, not a bound. The waits per
-length are the evidence.
+`policy.workloads.FAMILIES` at `LENGTHS` (1x, 2x, 4x) on the user's class
+in-process; a family whose worst wait grows at every doubling, by at least
+the shortest stream's length from 1x to 4x, is starvation (docs/fuzz.md).
 """
 
 from __future__ import annotations

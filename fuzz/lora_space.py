@@ -1,19 +1,12 @@
 """The LoRA family: workloads that reach a scheduler's LoRA defects fast.
 
 `generate_lora(seed, scheduler_cls)` is the family a `--scheduler-cls`
-campaign draws from, a pure function of the seed like `fuzz.space.generate`.
-Every case has more adapters than LoRA slots: `max_loras` hot adapters (or
-one more) send streams whose outputs keep their slots busy, and one to three
-cold adapters send a lone request or two that arrive behind the streams.
-Around that shape it draws budgets and seats from tight to roomy, chunked
-prefill on and off, KV pools small enough to preempt, priorities, aborts,
-prompts of mixed lengths within one adapter (FIFO within an adapter is then
-observable), base-model traffic and, where the release's cap counts every
-running adapter (`spec.releases`, 0.33 on), the prefill cadence. The class,
-not the draw, decides async scheduling (a subclass of `AsyncScheduler` runs
-async, as vLLM's engine drives it).
-
-A case's findings are the violations of `conformance.target.expected`.
+campaign draws from, a pure function of the seed like `fuzz.space.generate`:
+more adapters than LoRA slots, hot adapters' streams that keep the slots busy
+and cold adapters' lone requests behind them, drawn around that shape as
+docs/fuzz.md, "A user's scheduler class", lists. The class, not the draw,
+decides async scheduling. A case's findings are the violations of
+`conformance.target.expected`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """Run one fuzz case on vLLM's real scheduler (in-process) and name its failures.
 
-A case fails when vLLM raises inside the scheduler (`crash`, judged on the
-trace recorded up to it), makes no progress (`stuck`), records a trace that
-breaks a property its policy claims (`property`, `policy.claims`), or the
-replay through the reference diverges (`divergence`, named by the first
-field that differs) or rejects the trace (`reference-error`). Each failure's
-signature, `kind:name:policy` (the name: the crash's exception type and the
-function that raised it, the property, or the diverging field), is what the
-campaign deduplicates and the shrinker preserves.
-
-A user's scheduler class (`case.scheduler_cls`) is judged on every
-property without a replay: the safety ones it claims and those the case
-expects are findings (`conformance.target.expected`), the others evidence;
-a trace the class made unreadable is a `trace-error`.
-
-On a vLLM the release registry lacks (`unregistered`), the project's
-classes refuse to load, so every case runs stock vLLM, and its properties
-are judged with the newest release's semantics without a replay.
+A case fails by a crash, no progress (`stuck`), a claimed property broken
+(`property`), or a replay that diverges or is rejected (`divergence`,
+`reference-error`); each failure's signature, `kind:name:policy`, is what
+the campaign deduplicates and the shrinker preserves (docs/fuzz.md). A
+user's class (`case.scheduler_cls`), and any case on a vLLM the release
+registry lacks (run with the newest release's semantics), has no replay.
 """
 
 from __future__ import annotations

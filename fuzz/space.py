@@ -1,15 +1,10 @@
 """The fuzz workload space: a case is a config plus a workload, a pure function of its seed.
 
-`generate(seed)` draws from the whole space the model covers: the policy
-(`vllm`, `fair`, `blocking`), async scheduling, KV pools from unlimited to
-small enough to preempt, FCFS and priority queues, chunked prefill,
-`long_prefill_token_threshold`, the DP prefill throttle, 1-16 adapters with
-`max_loras` 1-8, base-model traffic, single-token prompts, bursts and
-streams, and aborts (after arrival, at admission, right after it while the
-output is in flight, later). Aborts tied to admission are placed with the
-reference's own deterministic run, so the case stays a pure function of the
-seed. `valid(case)` states what vLLM accepts: every request fits
-`max_model_len` and the KV pool, and without chunked prefill the budget.
+`generate(seed)` draws from the whole space the model covers (docs/fuzz.md,
+"What runs"); aborts tied to admission are placed with the reference's own
+deterministic run, so the case stays a pure function of the seed.
+`valid(case)` states what vLLM accepts: every request fits `max_model_len`
+and the KV pool, and without chunked prefill the budget.
 """
 
 from __future__ import annotations

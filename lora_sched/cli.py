@@ -3,9 +3,7 @@
 Each subcommand lives beside the concept it runs (`policy.check`, `proofs.cli`,
 `conformance.cli`, `bench.cli`, `fuzz.cli`) and exposes `add_arguments(parser)` and
 `main(args) -> int`; this module only dispatches, importing lazily so that
-`lora-sched check` does not pay for Z3 or vLLM. A mode of a command that a
-package above the command's own runs is dispatched here too (`MODES`), so that
-the package below never imports the one above.
+`lora-sched check` does not pay for Z3 or vLLM.
 """
 
 from __future__ import annotations
@@ -32,12 +30,6 @@ COMMANDS = {
     "view": ("lora_sched.view.cli", "draw a trace or counterexample as a timeline (HTML or PNG)"),
 }
 
-# (command, flag) -> the module whose `main(args)` runs the command when the flag is set.
-# `prove --sweep` is proofs' catalogue as Ray tasks: fuzz runs it (fuzz imports proofs, never back).
-MODES = {
-    ("prove", "sweep"): "lora_sched.fuzz.sweep",
-}
-
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
@@ -52,11 +44,7 @@ def main(argv: list[str] | None = None) -> int:
                 modules[name] = importlib.import_module(module)
                 modules[name].add_arguments(p)
         args = parser.parse_args(argv)
-        runner = modules[args.command]
-        for (command, flag), module in MODES.items():
-            if command == args.command and getattr(args, flag, False):
-                runner = importlib.import_module(module)
-        return int(runner.main(args) or 0)
+        return int(modules[args.command].main(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -1,22 +1,10 @@
 """vLLM's own `schedule()`, with the two hook calls the deploy classes need.
 
-vLLM decides LoRA admission inline in `Scheduler.schedule()` and offers no
-hook. Rather than copy the method (a fork) or patch its text, `hook_schedule`
-parses vLLM's own `schedule()` with `ast`, finds two nodes by their shape and
-adds two calls; every other statement is vLLM's:
-
-1. the LoRA-cap `if` (its test reads `max_loras`, `scheduled_loras`,
-   `lora_request`; its body is `skip_request(...); continue`) becomes
-   `self._lora_gate(request, scheduled_loras)`: `break` on "stop", vLLM's own
-   skip body on "skip";
-2. the waiting scan, the `while` loop holding that `if` directly under the
-   `if` whose test reads `preempted_reqs` (`while token_budget > 0:` on 0.32
-   and 0.33, `while True:` on 0.34), is preceded by
-   `self._before_waiting_scan(scheduled_loras)`, after whatever vLLM does to
-   `waiting` before its scan.
-
-A vLLM outside `spec.releases`, or a `schedule()` without exactly one node of
-each shape, fails the import with `UnsupportedVllm` naming both versions.
+`hook_schedule` parses vLLM's own `schedule()` with `ast`, finds two nodes by
+their shape and adds two calls; every other statement is vLLM's. The shapes,
+per release: docs/conformance.md, "How `blocking`, `fair` and the field's
+gates enter vLLM". A vLLM outside `spec.releases`, or a `schedule()` without
+exactly one node of each shape, fails the import with `UnsupportedVllm`.
 """
 
 from __future__ import annotations

@@ -1,25 +1,13 @@
 """Recording scheduler classes: vLLM's own schedulers, writing a trace.
 
-`RecordingScheduler` subclasses vLLM's `Scheduler` (and
-`AsyncRecordingScheduler` its `AsyncScheduler`) and changes no decision: it
-observes `add_request`, `finish_requests`, `schedule` and
-`update_from_output` (the scheduler's whole interface with the engine core)
-and writes the `lora-sched-trace` format (DESIGN §5) through
-`spec.trace.TraceWriter`, which flushes every line so that a crashed server
-leaves a readable partial trace. Every class of `lora_sched.scheduler`
-records through `RecorderMixin`.
-
-Step numbers count `schedule()` calls; an arrival or abort is stamped with
-the next one. A step's line is written when its output is applied (only then
-is `finished` known), after the next step was scheduled under async
-scheduling. The header's `source` is the installed vLLM, which selects the
-release the checker and the replay follow (`spec.releases`).
-
-`LORA_SCHED_TRACE=PATH` turns recording on (without it the classes run
-unrecorded); `.gz` compresses, `LORA_SCHED_TRACE_ROTATE_MB=M` writes a
-directory of gzip segments, `LORA_SCHED_TRACE_FLUSH=N` flushes every N lines
-(docs/operator-scale.md). What cannot be written stops recording with one
-log line; the engine serves on.
+`RecordingScheduler` (`AsyncRecordingScheduler`) subclasses vLLM's
+`Scheduler` (`AsyncScheduler`), changes no decision and writes the
+`lora-sched-trace` format through `spec.trace.TraceWriter` from
+`add_request`, `finish_requests`, `schedule` and `update_from_output`.
+Every class of `lora_sched.scheduler` records through `RecorderMixin`. Step
+numbers count `schedule()` calls; a step's line is written when its output
+is applied. `LORA_SCHED_TRACE=PATH` turns recording on; its variables and
+failure modes: docs/conformance.md and docs/operator-scale.md.
 """
 
 from __future__ import annotations

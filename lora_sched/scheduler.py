@@ -1,32 +1,16 @@
-"""`fair` (and `blocking`, and the field's gates) as vLLM scheduler classes: deploy with one flag.
+"""`fair` (and `blocking`, and the field's gates) as vLLM scheduler classes: deploy with one flag,
+`--scheduler-cls lora_sched.scheduler.AsyncFairScheduler` (README.md, "Deploy fair in vLLM").
 
-    python -m vllm.entrypoints.openai.api_server ... --enable-lora \\
-        --scheduler-cls lora_sched.scheduler.AsyncFairScheduler \\
-        --additional-config '{"lora_sched": {"starvation_steps": 16}}'
-
-`AsyncFairScheduler` subclasses vLLM's `AsyncScheduler` (the base vLLM tells
-custom schedulers to use, and its default on GPU); `FairScheduler` subclasses
-the synchronous `Scheduler`. Every policy class is `GateMixin` driving the
-gate object of `policy` (`make_gate`) that the reference core runs, fed from
-vLLM's own state: `fair`'s `FairGate` (whose `FairGuard` the trace checker
-runs too, so the three cannot drift apart), and the field's reference gates,
-`DrainerScheduler` (SGLang's LoRADrainer), `TimesliceScheduler` (LoRAX's
-adapter cycle) and `VtcScheduler` (VTC), each with an `Async` twin.
-
-The deploy package, by concept: `lora_sched.hook` adds two calls to vLLM's
-own `schedule()` (found by shape with `ast`; any other vLLM is refused at
-import with `UnsupportedVllm`); `lora_sched.queues` holds the waiting queue
-as the scan sees it (r* first, and the requests a full cap would only skip
-passed over); this module holds the settings, the mixins that feed a gate
-vLLM's state (`GateMixin`: the index, its lifecycle, the fail-safe path) and
-the classes.
-
-Every class records a trace when the engine has `LORA_SCHED_TRACE=PATH` in
-its environment (`lora_sched.recorder`), and is otherwise inert.
-`starvation_steps` (S, in prefill cadences; the drainer's wait threshold and
-the time slice's length, in steps; default 16) comes from
-`--additional-config '{"lora_sched": {"starvation_steps": N}}'`; any other
-key, or a value that is not an integer >= 0, stops the engine naming it.
+`AsyncFairScheduler` subclasses vLLM's `AsyncScheduler` (its default on
+GPU), `FairScheduler` the synchronous `Scheduler`; the field's gates are
+`DrainerScheduler`, `TimesliceScheduler` and `VtcScheduler`, each with an
+`Async` twin. Every policy class is `GateMixin` driving the gate object of
+`policy` (`make_gate`) that the reference core runs, fed from vLLM's own
+state; `lora_sched.hook` adds the two calls to vLLM's `schedule()` and
+`lora_sched.queues` holds the waiting queue as the scan sees it. Every class
+records a trace under `LORA_SCHED_TRACE=PATH` (`lora_sched.recorder`).
+`starvation_steps` (S in prefill cadences; the drainer's wait threshold and
+the time slice's length, in steps) and its checks: the README section above.
 """
 
 from __future__ import annotations
@@ -148,22 +132,10 @@ class GateMixin(HookedMixin):
 
     The gate is the object `policy.make_gate(policy_name)` builds, the one the
     reference core runs; this class feeds it vLLM's state where the core calls
-    it (`scan_order` / `front`, `decide`, `admitted`, `step_done`, `enqueued` /
-    `dequeued`) and, for `fair`, skips and passes over (`PassOverQueue`) the
-    requests `decide` would skip (`cap_closed`, `held_for_scan`).
-
-    The index follows vLLM's own queue operations (`_enqueue_waiting_request`,
-    `_preempt_request`, admission, `_free_request`); what vLLM does not queue
-    is not indexed, a session waiting for its client is indexed from its next
-    chunk, and each request has its own key, so a reused id is a new request
-    (docs/conformance.md). `mirror` (`spec.state.State`) is read from vLLM at
-    each call, plus what vLLM does not keep (arrival order, `waiting_since`,
-    `first_admitted`); a freed request leaves it after the next `schedule()`.
-
-    Fail safe: whatever raises in this class's own code is logged once with
-    the request and what was expected, the rest of that step runs vLLM's own
-    rule, and the mirror and the gate are rebuilt from vLLM's queues
-    (`resync`). `faults` counts them.
+    it (`mirror`, a `spec.state.State` read from vLLM at each call) and, for
+    `fair`, passes over (`PassOverQueue`) the requests `decide` would skip. What
+    raises in its own code is logged once and resynced (`resync`, `faults`):
+    docs/conformance.md, "The deploy classes never take the engine down".
     """
 
     pass_over_queue: type[PassOverQueue] = PassOverQueue

@@ -152,12 +152,6 @@ def guard_steps(config: Config, drain: int, non_decode: int, queue: int | None =
     return quiet_guard_steps(drain)  # every guard is quiet (`star_alone`)
 
 
-def victim_steps(drain: int, window: int) -> int:
-    """G1 of the module docstring (`victim_drains`): a victim holds no slot
-    D + S + 1 steps after it is chosen."""
-    return drain + window + 1
-
-
 def star_victim_steps(drain: int, non_decode: int, window: int) -> int:
     """G1* of the module docstring (`victim_drains`): a victim holds no slot
     D + D0 + S + 2 steps after r* is chosen."""

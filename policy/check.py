@@ -1,17 +1,12 @@
 """`lora-sched check TRACE [--policy P] [--json]`: every property, then the replay.
 
-Prints one line per property in mypyvy's style
-(`fifo_within_adapter ... ok` / `... VIOLATED at step 12 (line 40): ...`),
-then, with `--policy`, the replay through the reference policy. Exit 0 when
-every property checked holds (and the replay matches), 1 when one is
-violated (or the replay diverges), 2 when the trace is malformed. `--json`
-prints one versioned object instead (`verdicts`).
-
-The trace is read once (`check_file`): each line is parsed, judged and
-replayed as it is read, so memory follows the live requests, not the trace's
-length; gzip input and directories of rotated segments are accepted. The
-checker sits in `policy` because fair's holds (`FairHolds`), its bound
-(`policy.bound`), the replay and the cost model are policy code.
+One line per property in mypyvy's style, then, with `--policy`, the replay
+through the reference policy (README.md, "Check a trace from your server").
+Exit 0 when every property checked holds (and the replay matches), 1 when one
+is violated (or the replay diverges), 2 when the trace is malformed. The trace
+is read once (`check_file`; docs/operator-scale.md). The checker sits in
+`policy` because fair's holds (`FairHolds`), its bound (`policy.bound`), the
+replay and the cost model are policy code.
 """
 
 from __future__ import annotations
@@ -115,16 +110,13 @@ def _bound(cfg: Config, stats: _Stats) -> tuple[int | None, str]:
 class FairHolds:
     """The guard's holds as `spec.properties.no_hol_blocking` sees them on a trace.
 
-    Runs `FairGuard` on the observed state alone (waiting order,
-    waiting-since steps, outputs left, the running requests and admissions
-    of each step), calling it as `policy.fair.FairGate` does: `begin_scan` when a scan
-    starts, `visit_star` when the scan reaches r* (it does unless the budget
-    or the seats were gone before it: the core's loop checks both before each
-    request), `holds` per request, `admitted` per admission in scan order.
-    So a trace recorded from `fair` inside vLLM is judged by the guard the
-    reference runs. It declares two kinds of hold: the guard's
-    (`fair_guard`) and fair's cap over every running request's adapter
-    (`fair_cap`), which is stricter than the cap `no_hol_blocking` applies.
+    Runs `FairGuard` on the observed state alone, calling it as
+    `policy.fair.FairGate` does (`begin_scan` when a scan starts, `visit_star`
+    when it reaches r*, unless the budget or seats were gone before it; `holds`
+    per request, `admitted` per admission in scan order), so a trace of `fair`
+    inside vLLM is judged by the guard the reference runs. It declares the
+    guard's holds (`fair_guard`) and fair's cap over every running request's
+    adapter (`fair_cap`), stricter than the cap `no_hol_blocking` applies.
     """
 
     def __init__(self, config: Config) -> None:
@@ -204,12 +196,11 @@ def replay_off(trace: Trace) -> str | None:
 class TraceCheck:
     """Every property and the replay, in one pass over a trace's events.
 
-    `feed` takes the events in file order; under async scheduling the events
-    of step t+1 precede step t's line in the file: each arrival and abort
-    takes effect when the step it names starts (`policy.replay.due_events`),
-    for the observer and the replay alike. Memory follows the live requests
-    (`spec.observe.Observer`, the replay's `forget_done` scheduler); `finish`
-    judges the trace-level property and returns the report.
+    `feed` takes the events in file order (under async scheduling step t+1's
+    events precede step t's line): each arrival and abort takes effect when the
+    step it names starts (`policy.replay.due_events`), for the observer and the
+    replay alike; memory follows the live requests. `finish` judges the
+    trace-level property and returns the report.
     """
 
     def __init__(self, trace: Trace, policy: str | None = None, *, keep_waits: bool = True) -> None:
@@ -408,10 +399,8 @@ def _jsonable(x: object) -> Any:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", help="a lora-sched-trace JSONL file (gzip accepted) or a directory of its segments")
-    p.add_argument("--policy", choices=POLICIES + REFERENCE_POLICIES,
-                   help="replay the trace through this reference policy step by step")
-    p.add_argument("--json", action="store_true",
-                   help="print one versioned JSON object (a result per property) instead of text")
+    p.add_argument("--policy", choices=POLICIES + REFERENCE_POLICIES, help="replay the trace through this policy")
+    p.add_argument("--json", action="store_true", help="print one versioned JSON object (a result per property)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr (one every few seconds)")
 
 

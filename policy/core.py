@@ -1,13 +1,12 @@
 """The shared scheduler core: vLLM's V1 `Scheduler`, one step at a time.
 
 `Scheduler.step` is one `schedule()` plus its model output, following
-`vllm/v1/core/sched/scheduler.py` (`schedule`, `_preempt_request`,
-`_update_after_schedule`, `update_from_output`) and `async_scheduler.py`
-branch by branch for the features the model keeps; running requests the
-environment declines to schedule are the optional `skip_running` set. The LoRA
-admission decision is delegated to a `Gate` (`policy.gate`); `config.vllm`
-selects the release (`spec.releases`). What is kept and what is not modelled:
-docs/conformance.md, "The reference core".
+`vllm/v1/core/sched/scheduler.py` and `async_scheduler.py` branch by branch
+for the features the model keeps; running requests the environment declines
+to schedule are the optional `skip_running` set. The LoRA admission decision
+is delegated to a `Gate` (`policy.gate`); `config.vllm` selects the release
+(`spec.releases`). What is kept and what is not: docs/conformance.md, "The
+reference core".
 """
 
 from __future__ import annotations
@@ -347,7 +346,7 @@ class Scheduler:
                 break
             n = min(n, budget)
             # Whole current sequence must fit (scheduler_reserve_full_isl).
-            free = None if cfg.kv_blocks is None else cfg.kv_blocks - used  # `State.free_blocks`
+            free = None if cfg.kv_blocks is None else cfg.kv_blocks - used
             if free is not None and blocks_for(rs.num_tokens, cfg.block_size) - rs.blocks > free:
                 rec.holds[rid] = "kv"
                 stop_reason = "kv"
@@ -394,7 +393,7 @@ class Scheduler:
 
     def _allocate(self, rs: ReqState, tokens: int, free: int | None) -> bool:
         """Grow `rs` to hold `tokens` if the blocks it adds fit the `free` ones
-        (`State.free_blocks`, None: unlimited); False when they do not."""
+        (None: unlimited); False when they do not."""
         need = blocks_for(tokens, self.config.block_size)
         if free is not None and need - rs.blocks > free:
             return False

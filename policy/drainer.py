@@ -1,18 +1,12 @@
 """`drainer`: SGLang's LoRADrainer on vLLM's scheduler (a reference policy).
 
 Source: sglang PR #17913, `python/sglang/srt/lora/lora_drainer.py` at commit
-5a7bdc11, called from `Scheduler._can_schedule_lora_req` in
-`python/sglang/srt/managers/scheduler.py` before the adapter-capacity check.
-Rule per waiting scan (`update_draining_state`, L61-74): stats (L76-99); when
-running adapters fill the slots (L110), each starving adapter (`is_starving`,
-L40-43), most-waited first, makes the running adapter with the fewest
-`max_remaining_tokens` drain for it (L101-157); a draining adapter with no
-running request is cleared (L159-173); a draining adapter admits only requests
-with `max_tokens <= 1.2 * max_remaining_tokens` (`can_schedule`, L175-190,
-`DRAIN_SCHEDULE_TOLERANCE`, L25), then vLLM's cap (`policy.gate.vllm_cap_blocks`).
-The threshold is `Config.starvation_steps` steps (waited = step -
-waiting_since). Each step, the mapping and what fails (`fifo_within_adapter`,
-`bounded_wait`): docs/field.md, "The rules in detail".
+5a7bdc11. When running adapters fill the slots, each starving adapter makes
+the running adapter with the fewest `max_remaining_tokens` drain for it; a
+draining adapter admits only requests with `max_tokens <= 1.2 *
+max_remaining_tokens`, then vLLM's cap (`policy.gate.vllm_cap_blocks`). The
+threshold is `Config.starvation_steps` steps. The rule line by line, and what
+fails: docs/field.md, "The rules in detail".
 """
 
 from __future__ import annotations

@@ -105,16 +105,13 @@ def run(
     `scheduler` the core (`experiments.preemption` runs an experimental subclass).
     `keep_records=False` keeps memory to the live requests: step records go
     only to the trace (when `trace_path` is given), the scheduler forgets
-    finished requests, and each request's first admission is summarised as
-    the run goes (`RunResult`), and a scan that stops early costs what it
-    reached, not the whole queue (`Scheduler.all_holds`).
-    The clock jumps over idle steps (nothing waiting or running) to the next
-    arrival, as vLLM's engine does not call `schedule()` without requests.
-    With `prefill_schedule_interval > 1` each step is throttled as vLLM's DP
-    engine core throttles it (`spec.config.throttled`), counting the steps of
-    the current wave (a busy period that starts when the engine was idle),
-    on a release whose engine core drives the cadence (0.32); on 0.33 the
-    scheduler keeps its own cadence (`spec.releases`) and nothing is passed.
+    finished requests, each request's first admission is summarised as the run
+    goes (`RunResult`), and a scan that stops early costs what it reached
+    (`Scheduler.all_holds`). The clock jumps over idle steps to the next arrival,
+    as vLLM's engine does not call `schedule()` without requests. Each step is
+    throttled as vLLM's DP engine core throttles it (`spec.config.throttled`,
+    counting the steps of the current wave) on a release whose engine core
+    drives the cadence (`spec.releases`: 0.32); elsewhere nothing is passed.
     """
     if policy is not None:
         config = replace(config, policy=policy)

@@ -1,39 +1,12 @@
 """`fair`: vLLM's skip rule with a crash-proof cap and a starvation guard.
 
 S, the one knob, is `starvation_steps` prefill cadences: S x k steps, where
-vLLM's DP prefill throttle admits on one step in k (k = 1 without it;
-`starvation_window`). The rule, in the order `FairGate.decide` applies it:
-
-1. **The oldest starving request goes first, one every S steps.** When a
-   scan starts, r* is the oldest waiting request (by priority under the
-   priority queue, then the step it last joined `waiting`, then arrival)
-   that has waited S steps and has no async output in flight, of any
-   adapter or none. It stays r* until admitted, then no r* is chosen for S
-   steps; a more urgent request that has waited S steps replaces it. The
-   scan visits r* first, and stops there if capacity stops it.
-2. **The slots that can free by a deadline drain.** If the cap blocks r* and
-   no victim holds a slot, the deadline is the step + the fewest outputs
-   left of a slot holder's longest-running request + S, and every slot
-   holder whose longest-running request ends by it is a victim. Every other
-   adapter keeps flowing.
-3. **Only the last victim is held.** Until r* is in, a victim's request that
-   ends by the deadline is let in; a late one is let in too while another
-   victim remains, and its admission ends its adapter's victimhood; a late
-   request of the last victim is held, and so are its adapter's later
-   requests in that scan (FIFO within the adapter).
-4. **The cap** (`spec.cap.cap_blocks`) counts the adapters of every request
-   in `running`, scheduled this step or not, plus those admitted so far: a
-   running request vLLM leaves unscheduled keeps its slot, so vLLM's
-   `len(scheduled_loras) <= max_loras` assert cannot fire.
-
-Why. r* first bounds every wait (a request becomes r* only after every
-older starving one is in); the gap keeps a burst from making the adapter
-just switched in the next victim, its seats empty; a slot whose holder keeps
-receiving requests never frees (`vllm`'s starvation), so holding frees it,
-and any slot that frees by the deadline serves r*; a request that ends
-within S of the soonest freeing costs r* at most S, one held costs a switch
-back. S trades waits for throughput and counts cadences because it meters
-admissions. B, the bound on every wait: `policy.bound` (docs/fair-bound.md).
+vLLM's DP prefill throttle admits on one step in k (`starvation_window`).
+The rule, in the order `FairGate.decide` applies it (the oldest starving
+request r* first, one every S steps; the slots that can free by a deadline
+drain; only the last victim is held; the cap counts every running request),
+and why each part is there: docs/fair.md. B, the bound on every wait:
+`policy.bound` (docs/fair-bound.md).
 """
 
 from __future__ import annotations

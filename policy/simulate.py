@@ -18,8 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="; ".join(f"{name}: {sc.about}" for name, sc in sorted(SCENARIOS.items())))
     p.add_argument("--out", default="out/trace.jsonl", help="where to write the trace")
     p.add_argument("--vllm", choices=list(releases.RELEASES), default=releases.NEWEST,
-                   help=f"the vLLM release whose scheduler the reference follows (default {releases.NEWEST}; "
-                        "spec/releases.py lists what differs)")
+                   help=f"the vLLM release the reference follows (default {releases.NEWEST}; spec/releases.py)")
 
 
 def main(args: argparse.Namespace) -> int:

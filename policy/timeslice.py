@@ -1,18 +1,11 @@
 """`timeslice`: LoRAX's adapter cycle on vLLM's scheduler (a reference policy).
 
-Source: predibase/lorax `router/src/queue.rs` at commit e1067a06
-(`AdapterQueuesState`, L146-171): per-adapter FIFO queues, at most
-`max_active_adapters` (= `max_loras`) active. `append` (L193-221) puts an
-untracked adapter at the tail of `pending_adapters`; `update_adapters`
-(L338-447) removes idle empty active adapters (L349-376), sends the front
-active adapter, if not in use and active longer than the slice
-(`Config.starvation_steps` steps), back to pending (L378-394), and activates
-pending adapters from the front (L409-444); `next_entry` /
-`get_oldest_active_adapter` (L299-335, L449-462) take the oldest head among
-active adapters, preferring those within their slice. Requests of inactive
-adapters are skipped; vLLM's cap (`policy.gate.vllm_cap_blocks`) applies on
-top. Each step, the mapping and what fails (`bounded_wait`,
-`no_hol_blocking`): docs/field.md, "The rules in detail".
+Source: predibase/lorax `router/src/queue.rs` at commit e1067a06: per-adapter
+FIFO queues, at most `max_loras` adapters active, each active one sent back
+to pending after its slice (`Config.starvation_steps` steps) when not in use;
+requests of inactive adapters are skipped, and vLLM's cap
+(`policy.gate.vllm_cap_blocks`) applies on top. The rule line by line, and
+what fails: docs/field.md, "The rules in detail".
 """
 
 from __future__ import annotations

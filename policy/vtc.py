@@ -1,16 +1,10 @@
-"""`vtc`: the Virtual Token Counter (Sheng et al., "Fairness in Serving Large
-Language Models", OSDI'24) on vLLM's scheduler (a reference policy).
+"""`vtc`: the Virtual Token Counter (Sheng et al., OSDI'24) on vLLM's scheduler (a reference policy).
 
 Source: Ying1123/VTC-artifact, `slora/server/router/vtc_req_queue.py` at
-commit 14c19b70, a client being a LoRA adapter: `append` (L36-50) lifts a
-re-entering client's counter to the smallest backlogged one;
-`generate_new_batch` (L92-135) serves the smallest-counter client (L107),
-charging `input_len * input_price` (L122-124), and closes the batch when its
-head does not fit (`break`, L132-133; here: vLLM's cap,
-`policy.gate.vllm_cap_blocks`); `update_counter` (L147-156) adds
-`output_price` per decoded token. Prices: input 1, output 2 (L15-17). The
-prefill charge is the whole prompt at first admission; `starvation_steps` is
-ignored. Each step, the mapping and what fails (`no_hol_blocking`):
+commit 14c19b70, a client being a LoRA adapter: the smallest-counter client
+is served, charged input 1 and output 2 per token; the batch closes when its
+head does not fit (here: vLLM's cap, `policy.gate.vllm_cap_blocks`);
+`starvation_steps` is ignored. The rule line by line, and what fails:
 docs/field.md, "The rules in detail".
 """
 

@@ -72,12 +72,11 @@ def behind_lora_stream(length: int, *, early_adapter: int = 0, adapters: int = 5
                        **cfg: object) -> tuple[Config, Workload]:
     """Issue #8's case: max_loras 1, one seat, budget 8; a LoRA request every
     `every` steps cycling over `adapters` adapters, and one early request of
-    `early_adapter` (0: base model; 1: the adapter active when it arrives).
-    The first `fair` let each later starving LoRA request go first and held
-    the early request for as long as the stream lasted. `every = 2` is the
-    issue's workload (sync); under async scheduling a request holds the seat
-    longer and the stream comes every 4 steps (the default there), so that
-    the queue does not grow with the stream."""
+    `early_adapter` (0: base model; 1: the adapter active when it arrives). A
+    rule that lets each later starving LoRA request go first holds the early
+    request as long as the stream lasts. `every = 2` is the issue's workload
+    (sync); under async scheduling the stream comes every 4 steps (the default
+    there), as a request holds the seat longer, so the queue does not grow."""
     config = Config(**{"max_loras": 1, "max_num_seqs": 1, "max_num_batched_tokens": 8, **cfg})
     if every is None:
         every = 4 if config.async_scheduling else 2

@@ -12,28 +12,10 @@ from lora_sched.spec.config import Config
 
 
 def fair_B(b: enc.Bounds, queue: int | None = None) -> int:
-    """fair's bound B for the checks of `b`, with Q and Qw both R by default
-    (at most R requests are ever present at once).
-
-    Where `b` pins one configuration (every range one value, no async
-    scheduling, KV unlimited: the `Config` built here is the one checked), B
-    is its `policy.bound.fair_bound`, B_queue included where every scan
-    admits a prefix of the queue and B_heads where the cap never blocks
-    (`fair-wait-heads`). Over a range it is the guards' bound
-    (`policy.bound.guard_bound`: Qw (D + D0 + E + 2S + 3 + p) - S, E the
-    steps r* can wait once a seat and a slot are free (`star_fits_steps`),
-    or Qw (D + S + 2 + p) where max_loras >= N and the cap cannot block r*;
-    p = N - 1 where KV can run out, else 0) for the config values of `b`
-    that make it smallest. It shrinks as the budget or max_loras grows and
-    grows with `max_num_seqs` (D and whether the cap can block both grow
-    with N), so this is the largest budget and max_loras with the smallest
-    `max_num_seqs`: it is at most the guards' bound of every configuration
-    in the range, and checking against it is the stricter test. B_queue has
-    no such corner (it falls as N grows), and B_heads holds only where
-    max_loras >= `max_num_seqs`, which a range need not keep, so a range is
-    checked against the guards' bound. The DP throttle's k is
-    `b.prefill_interval` (S in B is S x k steps,
-    `policy.fair.starvation_window`)."""
+    """fair's bound B for the checks of `b`, with Q and Qw both R by default:
+    `policy.bound.fair_bound` where `b` pins one configuration, else the guards'
+    bound at the corner of `b` that makes it smallest, the stricter test
+    (docs/proofs.md, "bounded_wait and B")."""
     cfg = Config(max_loras=b.max_loras[1], max_num_seqs=b.max_num_seqs[0],
                  max_num_batched_tokens=b.max_num_batched_tokens[1], starvation_steps=b.starvation_steps[1],
                  prefill_schedule_interval=b.prefill_interval, policy="fair")
@@ -57,12 +39,6 @@ LASSO_VLLM = replace(WAIT_FAIR, last_arrival=None)
 # vLLM's mechanisms that leave a running request unscheduled (small bounds).
 ASYNC = enc.Bounds(requests=3, adapters=2, async_scheduling=True)
 THROTTLE = enc.Bounds(requests=3, adapters=2, max_loras=(1, 1), prefill_interval=2)
-# Holds behind_lora_stream(4, early_adapter=0, adapters=3) (L0 at 1, the base
-# request and L1 at 2, then L2..L4 every two steps) and every other workload
-# of 6 requests with P <= 1, L <= 2 arriving by step 7, under max_loras 1 or 2:
-# fair's worst wait there is 10 (`python -m experiments.emit_cex --family`).
-FAMILY = enc.Bounds(requests=6, adapters=3, max_prompt=1, max_output=2, max_loras=(1, 2), max_num_seqs=(1, 2),
-                    max_num_batched_tokens=(2, 2), starvation_steps=(0, 0), last_arrival=7)
 ASYNC_THROTTLE = enc.Bounds(requests=4, adapters=2, async_scheduling=True, prefill_interval=2)
 
 

@@ -1,13 +1,8 @@
 """`lora-sched prove`: BMC, k-induction and the worst-case wait with Z3.
 
-One line per check, then a summary table; exit 1 when a checked property is
-violated (expected or not: `prove --policy blocking` exits 1), else 2 when a
-check is inconclusive, else 0. `--manifest [PATH]` compares each check of
-`proofs/manifest.json` with its recorded verdict (exit 1 on any drift,
-`proofs.manifest.drift`); `--mutants [NAME ...]` runs `proofs.mutants` (exit
-1 if a mutant survives or a baseline fails, 2 on an unknown name); `--sweep`
-is dispatched by `lora-sched` to `fuzz.sweep`; `--json` prints one versioned
-object. Each mode and field: docs/proofs.md, "CLI" and "Manifest".
+One line per check, then a summary table. Its modes (`--manifest`,
+`--mutants`, `--unbounded`, `--json`), fields and exit codes: docs/proofs.md,
+"CLI" and "Manifest".
 """
 
 from __future__ import annotations
@@ -38,25 +33,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", type=int, default=4, help="request slots R (default 4)")
     p.add_argument("--adapters", type=int, default=2, help="LoRA adapters A (default 2)")
     p.add_argument("--skip", action="store_true", help="enable the nondeterministic skip of running requests")
-    p.add_argument("--kv-blocks", type=int, metavar="N",
-                   help="a finite KV pool of 1..N blocks (whole-sequence admission, preemption)")
+    p.add_argument("--kv-blocks", type=int, metavar="N", help="a finite KV pool of 1..N blocks (preemption)")
     p.add_argument("--block-size", type=int, default=1, help="tokens per KV block with --kv-blocks (default 1)")
     p.add_argument("--priority", action="store_true", help="the priority queue (priorities 0..1 per request)")
     p.add_argument("--timeout", type=int, default=120, help="Z3 timeout per query, seconds")
     p.add_argument("--manifest", nargs="?", const=MANIFEST, metavar="PATH",
-                   help="re-run the manifest's checks (default proofs/manifest.json) and exit 1 on any drift "
-                        "from their recorded verdicts")
+                   help="re-run the manifest's checks and exit 1 on any drift from their recorded verdicts")
     p.add_argument("--itf-dir", help="write each counterexample as <dir>/<policy>_<property>.itf.json")
     p.add_argument("--emit-test", help="write the (last) counterexample as a pytest replay case here")
     p.add_argument("--json", action="store_true", help="print one versioned JSON object (a result per check)")
     p.add_argument("--mutants", nargs="*", metavar="NAME",
-                   help="run the planted-bug catalogue (proofs.mutants; all, or the named ones): "
-                        "exit 1 if a mutant survives")
+                   help="run the planted-bug catalogue (all, or the named ones): exit 1 if a mutant survives")
     p.add_argument("-v", "--verbose", action="store_true", help="progress per depth / k")
-    p.add_argument("--sweep", action="store_true", help="the manifest plus sweeps, as Ray tasks (fuzz.sweep)")
     p.add_argument("--unbounded", action="store_true",
-                   help="inductive invariants over uninterpreted sorts: any number of requests and adapters "
-                        "(proofs.unbounded)")
+                   help="inductive invariants over uninterpreted sorts: any number of requests and adapters")
 
 
 def select(args: argparse.Namespace) -> list[Check]:
@@ -118,10 +108,6 @@ def run_mutants(args: argparse.Namespace) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.sweep:  # `lora-sched` runs `prove --sweep` with `fuzz.sweep.main` (lora_sched.cli.MODES)
-        print("lora-sched prove: --sweep is run by lora_sched.fuzz.sweep (`lora-sched prove --sweep`)",
-              file=sys.stderr)
-        return 2
     if getattr(args, "unbounded", False):
         return unbounded.cli_main(args)
     if args.policy is not None and args.policy not in enc.POLICIES and not args.manifest:

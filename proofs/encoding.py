@@ -1,31 +1,13 @@
 """SMT encoding (Z3, linear integer arithmetic) of one scheduler step.
 
 The step relation of `policy.core.Scheduler` with the `blocking`, `vllm` and
-`fair` gates, over a bounded number of requests R (slots 0..R-1), adapters
-1..A (0 = base model) and steps K (one copy of the state per step). Slot i
-is the i-th request to arrive; adapter, prompt length, max_tokens, arrival
-and abort steps of every slot and the config values `max_loras`,
-`max_num_seqs`, `max_num_batched_tokens` and `starvation_steps` are symbolic
-within `Bounds`.
-
-Chunked prefill is on, `long_prefill_token_threshold` = 0. The *fast path*
-(FCFS, unlimited KV: nothing preempted, `waiting` in slot order, `running`
-in admission order) and the *general mode* (`Bounds.kv_blocks` and/or
-`Bounds.priority`: a finite KV pool with preemption, the priority queue,
-explicit scan and running orders `wkey`/`rkey`) are described in
-docs/proofs.md, "What is encoded", with async scheduling
-(`Bounds.async_scheduling`: `pend` is vLLM's `num_output_placeholders`), the
-DP prefill throttle (`Bounds.prefill_interval`: `pcb`, `D[i]` is vLLM's
-`deferred_waiting`) and fair's guard. The state variable `arrival` holds
-waiting_since. DESIGN's nondeterministic skip of a running request is the
-input `skip[i]`, forced false unless `Bounds.skip`. An idle step changes
+`fair` gates, over R request slots (slot i is the i-th request to arrive),
+adapters 1..A (0 = base model) and K steps, every request's and config
+value symbolic within `Bounds`. The fast path, the general mode (KV pool,
+priority queue), async scheduling, the DP prefill throttle, fair's guard and
+the four membership booleans per request: docs/proofs.md, "What is encoded".
+The state variable `arrival` holds waiting_since; an idle step changes
 nothing, as `policy.driver.run` jumps over idle steps: step numbers agree.
-
-Membership in waiting / running / finished / aborted is four separate
-booleans per request (not one enum), so `conservation` is a real property
-of the encoding and not true by construction. Adapter sets are booleans per
-adapter; "at most `max_loras` adapters" is a cardinality constraint
-(`AtMost`/`AtLeast`) selected by the symbolic value of `max_loras`.
 """
 
 from __future__ import annotations
@@ -372,36 +354,12 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
                mutant: str | None = None, ahead: Callable[[int, int], z3.BoolRef] | None = None) -> FairStart:
     """`policy.fair.FairGuard` when a waiting scan starts, on the state `m`
     after arrivals, the adapters `C0` of every running request, and the
-    budget `B0` and seats `seats0` the running phase left.
-
-    begin_scan: r* is kept while it is waiting (sticky, with its victims and
-    deadline) and, under the priority queue, no request of a more urgent
-    priority is a candidate (one that is replaces it); otherwise, once
-    `step >= cool_until` (S after the last r* was admitted: guards are S
-    apart), it is the oldest waiting request (any
-    adapter, base included) that waited `step - waiting_since >= S` (state
-    `arrival` holds waiting_since; S here and below is `Params.window`, S
-    prefill cadences); oldest by (priority under the priority queue,
-    waiting_since, seq) (in the fast path, without preemption or
-    priorities, that is the first such slot).
-    visit_star: the scan reaches r* when budget and seats remain; if the LoRA
-    cap over `C0` blocks r* and no current victim is in `C0`, the deadline
-    is `step + fewest + S` (fewest: the outputs left of the longest-running
-    request of the adapter of `C0` with the fewest) and every adapter of
-    `C0` whose longest-running request ends by it becomes a victim.
-    holds (`FairStart.held`, given the requests the scan admitted ahead): a
-    waiting request other than r* is held when its adapter is the last
-    victim left and it or a waiting request of its adapter ahead of it
-    (`ahead`: queue order, by default `queue_before`; slot order in the fast
-    path) cannot end by the deadline (`step + max_tokens - generated <=
-    deadline` fails: it is *late*); a late request admitted while other
-    victims remain drops its adapter from the victims
-    (`FairStart.victims_after`).
-
-    Shared, like `FairGuard`, by the encoded scan and by the declared holds
-    of `no_hol_blocking` (as `FairHolds` runs `FairGuard` on a trace).
-    `mutant` plants a bug in the scan's copy only (`proofs.mutants`).
-    """
+    budget `B0` and seats `seats0` the running phase left: r* (`begin_scan`),
+    its victims and deadline (`visit_star`) and the holds (`FairStart.held`),
+    as docs/proofs.md, "What is encoded" (fair), states them; S is
+    `Params.window`. Shared, like `FairGuard`, by the encoded scan and by the
+    declared holds of `no_hol_blocking`; `mutant` plants a bug in the scan's
+    copy only (`proofs.mutants`)."""
     b = p.b
     rng, A, t = range(b.requests), b.adapters, m.step
     if ahead is None:
@@ -933,24 +891,10 @@ def prop_fifo_within_adapter(p: Params, aux: StepAux) -> z3.BoolRef:
 
 def prop_no_hol_blocking(p: Params, aux: StepAux) -> z3.BoolRef:
     """A step leaves no waiting request unadmitted that the LoRA cap and
-    capacity would have let in, modulo the holds vLLM and the policy declare.
-
-    Defined, like `spec.properties.no_hol_blocking`, from the state before
-    the step and what the step did (tokens scheduled, requests admitted),
-    never from the encoded scan: the scan is replayed in queue order (r*
-    first under fair), each request judged against the budget, seats and
-    adapters (vLLM's set: running requests scheduled this step, plus those
-    admitted before it) left when the replay reaches it. The replay ends at
-    the first request for which the budget is spent or the seats are full,
-    or, on a throttled step, that needs more than one token (declared
-    stops). Under fair, the guard's holds (the victim's requests, but its
-    drain admissions) and fair's cap over every running adapter
-    are declared holds (`policy.check.FairHolds`). With a finite KV pool the
-    replay also ends at the first request whose whole sequence does not fit
-    the blocks left, and a step that preempted is a declared hold as a whole
-    (vLLM does not scan then); see `_no_hol_general` for the queue order.
-    Chunking is on in this encoding.
-    """
+    capacity would have let in, modulo the holds vLLM and the policy declare:
+    the scan replayed in queue order from the state before the step and what the
+    step did, never from the encoded scan (docs/proofs.md, "Properties: defined
+    from the step, not from the scan"). Chunking is on in this encoding."""
     b, m = p.b, aux.mid
     if b.general:
         return _no_hol_general(p, aux)
@@ -1002,13 +946,10 @@ def prop_no_hol_blocking(p: Params, aux: StepAux) -> z3.BoolRef:
 
 
 def spec_queue_before(p: Params, m: Mid, j: int, i: int) -> z3.BoolRef:
-    """j is ahead of i in `waiting`, as DESIGN defines the queue, from the
-    state alone (not from the encoding's `wkey` bookkeeping): under the
-    priority queue by (priority, arrival, id); under FCFS a preempted request
-    (admitted before, waiting again) is ahead of every never-admitted one,
-    preempted ones by the step they were preempted, latest first, then (same
-    step: victims leave from the tail of `running` and each goes to the head)
-    in their old running order; never-admitted ones in arrival order."""
+    """j is ahead of i in `waiting`, as DESIGN defines the queue, from the state
+    alone (not from the encoding's `wkey` bookkeeping): by (priority, arrival,
+    id) under the priority queue; under FCFS as docs/proofs.md, "Properties",
+    states it (preempted requests first, latest preemption first)."""
     b = p.b
     if b.priority:
         return priority_before(p, j, i)
@@ -1020,15 +961,9 @@ def spec_queue_before(p: Params, m: Mid, j: int, i: int) -> z3.BoolRef:
 
 
 def _no_hol_general(p: Params, aux: StepAux) -> z3.BoolRef:
-    """`prop_no_hol_blocking` in the general mode. A step that preempted is a
-    declared hold. Otherwise the scan is replayed in the order of
-    `spec_queue_before` (r* first under fair); each waiting request is judged
-    against what the requests admitted ahead of it in that order left of the
-    budget, seats, adapters and KV blocks; the replay ends (declared stops)
-    where the budget is spent or the seats are full, or at the first request
-    the cap and the policy's holds let through that needs more than one
-    token on a throttled step or whose whole sequence (prompt + output so
-    far) does not fit the free KV blocks."""
+    """`prop_no_hol_blocking` in the general mode: a step that preempted is a
+    declared hold, else the scan is replayed in `spec_queue_before`'s order with
+    the KV blocks among what each request is judged against (docs/proofs.md)."""
     b, m = p.b, aux.mid
     rng, A = range(b.requests), b.adapters
     n = aux.n
@@ -1108,39 +1043,11 @@ def step_property(name: str, p: Params, aux: StepAux, s2: StateVars) -> z3.BoolR
 # ---- strengthening invariants (named state predicates) -------------------
 
 def invariants(p: Params, s: StateVars, *, running_cap: bool, fair: bool = False) -> dict[str, z3.BoolRef]:
-    """State predicates that make the safety properties inductive.
-
-    partition: each request is in at most one of W/R/F/X.
-    arrival_prefix: slots arrive in order (slot i arrived => slot j<i arrived).
-    unarrived_blank: a request not yet arrived has no tokens, was never admitted.
-    arrival_steps: arrival (waiting_since) steps are past steps; in slot order
-      they are nondecreasing (general mode: among never-admitted requests,
-      whose waiting_since is their arrival).
-    fresh_waiting: a waiting request has no computed tokens and, unless it
-      was admitted before (preempted: general mode), no generated ones (and
-      fewer than max_tokens); fast path: it was never admitted.
-    running_counters: a running request was admitted at a past step, is in
-      prefill (computed < prompt + generated, nothing in flight; fast path:
-      nothing generated) or decoding (computed = prompt + generated + in
-      flight - 1), generated < max_tokens, generated + in flight <= max_tokens;
-      general mode: `pf` (is_prefill_chunk) says which.
-    async_state: an output in flight belongs to a running request (none
-      without async scheduling); a deferred request is waiting; the wave
-      counter is >= 0.
-    seats: running requests <= max_num_seqs.
-    running_loras (only when every running request is scheduled):
-      distinct running adapters <= max_loras.
-    fifo_state: a request of adapter a (and priority p) was admitted only if
-      no earlier never-admitted request of a (and p) is still waiting.
-    star_first (fair only): r* is at most one arrived request, and a waiting,
-      never-admitted r* has no earlier never-admitted waiting request of its
-      adapter (and priority).
-    order_keys (general mode): running requests have distinct `rkey`s below
-      (step + 1)(R + 1); under FCFS waiting requests have distinct `wkey`s in
-      (-(step + 1)(R + 1), (step + 1)(R + 1)), never-admitted ones in slot
-      order (so an arrival appends and a preemption prepends).
-    kv_state (finite KV): the blocks of the running requests fit the pool.
-    """
+    """State predicates that make the safety properties inductive, one per name:
+    partition, arrival_prefix, unarrived_blank, arrival_steps, fresh_waiting,
+    running_counters, async_state, seats, running_loras (only when every running
+    request is scheduled), fifo_state, star_first (fair), order_keys (general
+    mode), kv_state (finite KV). Each in English: docs/proofs.md, "Checks and verdicts"."""
     b = p.b
     rng = range(b.requests)
     gen = b.general

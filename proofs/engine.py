@@ -33,7 +33,7 @@ class Result:
     bound: int | None = None
     worst: int | None = None
     replay_ok: bool | None = None
-    timings: list[tuple[int, float, float]] = field(default_factory=list)  # depth, incremental, fresh
+    timings: list[tuple[int, float]] = field(default_factory=list)  # depth, seconds of its query
 
 
 def _solver(timeout_ms: int) -> z3.Solver:
@@ -69,104 +69,51 @@ def inductive_lemmas(bounds: enc.Bounds, policy: str, timeout_ms: int = 120_000)
     return False, f"inductiveness unknown ({s.reason_unknown()})"
 
 
-def adapter_symmetry(path: Path) -> list[z3.BoolRef]:
-    """Adapters are interchangeable for `vllm` and `blocking` (their gates and
-    every property see only which requests share an adapter and how many
-    adapters there are): keep one representative per renaming, adapter a > 1
-    used only after a - 1 was used by an earlier slot. Not for `fair`, whose
-    victim tie-break orders adapters by id."""
-    if path.policy == "fair":
-        return []
-    p, b = path.params, path.bounds
-    return [z3.Implies(p.adapter[i] == a, z3.Or([p.adapter[j] == a - 1 for j in range(i)]))
-            for i in range(b.requests) for a in range(2, b.adapters + 1)]
-
-
-WALL_PER_CPU = 20  # Z3's wall-clock timeout per CPU second left, when the budget is CPU time
-
-
-def _wall_ms(left: float, clock: Callable[[], float]) -> int:
-    scale = 1 if clock is time.monotonic else WALL_PER_CPU
-    return int(left * 1000 * scale)
-
-
 def bmc(bounds: enc.Bounds, policy: str, prop: str, depth: int, *, bound: int | None = None,
-        timeout_ms: int = 120_000, fresh: bool = False, progress: Progress | None = None,
-        deadline: float | None = None, lemmas: bool = False, symmetry: bool = False,
-        clock: Callable[[], float] = time.monotonic) -> Result:
+        timeout_ms: int = 120_000, progress: Progress | None = None, lemmas: bool = False) -> Result:
     """Search depth 1..`depth` for the shortest violation of `prop`
     (incremental solver, one push/pop per depth; once a depth is clear its
-    property is assumed at the deeper ones). With `fresh`, also time a
-    fresh solver per depth for comparison.
+    property is assumed at the deeper ones).
 
     `lemmas`: when `inductive_lemmas` proves the strengthening invariants
     inductive at these bounds, assume them at every depth (sound: they hold
-    in every reachable state), which keeps each depth's query local.
-    `symmetry`: break the adapter renaming symmetry (`adapter_symmetry`).
-    Both only prune unreachable or symmetric states: the shortest
-    counterexample depth is unchanged.
-    `clock`: what `deadline`, `seconds` and the timings are measured in
-    (`time.process_time` measures this process's CPU, Z3 included, which a
-    machine shared with others does not distort; Z3's own timeouts stay in
-    wall time, scaled by `WALL_PER_CPU`)."""
-    t0 = clock()
+    in every reachable state), which keeps each depth's query local and
+    leaves the shortest counterexample depth unchanged."""
+    t0 = time.monotonic()
     path = Path(bounds, policy)
     s = _solver(timeout_ms)
     s.add(path.base())
     s.add(path.init())
     note = ""
     use_lemmas = False
-    if lemmas:  # the lemma proof counts against the deadline too
-        left = timeout_ms if deadline is None else max(1, min(timeout_ms, _wall_ms(deadline - clock(), clock)))
-        use_lemmas, note = inductive_lemmas(bounds, policy, left)
+    if lemmas:
+        use_lemmas, note = inductive_lemmas(bounds, policy, timeout_ms)
         if use_lemmas:
             s.add(*path.invariants(0).values())
-    if symmetry:
-        s.add(*adapter_symmetry(path))
-    timings: list[tuple[int, float, float]] = []
+    timings: list[tuple[int, float]] = []
     for k in range(1, depth + 1):
-        if deadline is not None and clock() > deadline:
-            return Result(policy, prop, "holds", k - 1, clock() - t0, timings=timings,
-                          detail="deadline", reason=note)
-        t1 = clock()
+        t1 = time.monotonic()
         s.add(path.extend())
         if use_lemmas:
             s.add(*path.invariants(k).values())
         s.push()
         s.add(z3.Not(path.prop(prop, k, bound)))
-        if deadline is not None:  # no query may run past the deadline
-            s.set("timeout", max(1, min(timeout_ms, _wall_ms(deadline - clock(), clock))))
         r = s.check()
-        inc = clock() - t1
-        if r == z3.unknown and deadline is not None and (clock() >= deadline - 0.5
-                                                         or s.reason_unknown() in ("timeout", "canceled")):
-            return Result(policy, prop, "holds", k - 1, clock() - t0, timings=timings,
-                          detail=f"deadline during depth {k}", reason=note)
-        fr = -1.0
-        if fresh:
-            t2 = clock()
-            p2 = Path(bounds, policy, tag="f")
-            f2 = _solver(timeout_ms)
-            f2.add(p2.base())
-            f2.add(p2.init())
-            for _ in range(k):
-                f2.add(p2.extend())
-            f2.add(z3.Or([z3.Not(p2.prop(prop, j, bound)) for j in range(1, k + 1)]))
-            fr = clock() - t2 if f2.check() != z3.unknown else float("inf")
-        timings.append((k, inc, fr))
+        inc = time.monotonic() - t1
+        timings.append((k, inc))
         if progress:
             progress(f"  depth {k}: {r} ({inc:.2f}s)")
         if r == z3.sat:
             cex = extract(path, s.model(), k, prop, f"shortest, depth {k}", bound)
             out = replay(cex)
-            return Result(policy, prop, "cex", k, clock() - t0, cex, out.detail,
+            return Result(policy, prop, "cex", k, time.monotonic() - t0, cex, out.detail,
                           bound=bound, replay_ok=out.reproduced, timings=timings)
         if r == z3.unknown:
-            return Result(policy, prop, "unknown", k, clock() - t0, reason=s.reason_unknown(),
+            return Result(policy, prop, "unknown", k, time.monotonic() - t0, reason=s.reason_unknown(),
                           timings=timings)
         s.pop()
         s.add(path.prop(prop, k, bound))  # depth k is clear: assume it deeper down
-    return Result(policy, prop, "holds", depth, clock() - t0, bound=bound, timings=timings, reason=note)
+    return Result(policy, prop, "holds", depth, time.monotonic() - t0, bound=bound, timings=timings, reason=note)
 
 
 def kinduction(bounds: enc.Bounds, policy: str, prop: str, max_k: int = 3, *,
@@ -249,11 +196,16 @@ def worst_wait(bounds: enc.Bounds, policy: str, depth: int, bound: int, *, timeo
         s.add(path.extend())
         if use:
             s.add(*path.invariants(_k + 1).values())
-    # The shortest counterexample: the first step at which some trace has a
-    # request waiting > bound (one query per step, so the depth reported does
-    # not depend on which model the solver returns).
-    r = z3.unsat
-    for k in range(1, depth + 1):
+    # One query for any step first (one unsat query is several times cheaper
+    # than one per step); only when it is not unsat, the shortest
+    # counterexample: the first step at which some trace has a request
+    # waiting > bound (one query per step, so the depth reported does not
+    # depend on which model the solver returns).
+    s.push()
+    s.add(z3.Or([z3.Not(path.prop("bounded_wait", k, bound)) for k in range(1, depth + 1)]))
+    r = s.check()
+    s.pop()
+    for k in range(1, depth + 1) if r != z3.unsat else ():
         s.push()
         s.add(z3.Not(path.prop("bounded_wait", k, bound)))
         r = s.check()
@@ -387,57 +339,3 @@ def lasso(bounds: enc.Bounds, policy: str, depth: int, *, timeout_ms: int = 120_
         s.pop()
     return Result(policy, "bounded_wait", "holds", depth, time.monotonic() - t0, detail="no lasso")
 
-
-def tight_wait(bounds: enc.Bounds, policy: str, start: int = 1, *, stop: int = 64, lemmas: bool = True,
-               timeout_ms: int = 3_600_000, progress: Progress | None = None) -> Result:
-    """The tight worst first-admission wait, searched upward: for w = start,
-    start + 1, ... BMC asks whether some request is still waiting, never
-    admitted, at age >= w + 1 within the horizon last_arrival + w + 1 (every
-    request arrives by `bounds.last_arrival`, so a longer wait shows by
-    then). The first w with none is the worst wait; the counterexample for
-    w - 1 is its witness and is replayed in `policy/` (it must wait >= w
-    there). No completeness argument is needed, unlike `worst_wait`.
-    `lemmas`: assume the strengthening invariants once proved inductive."""
-    assert bounds.last_arrival is not None, "tight_wait needs Bounds.last_arrival"
-    t0 = time.monotonic()
-    use = lemmas and inductive_lemmas(bounds, policy, timeout_ms)[0]
-    witness: Cex | None = None
-    for w in range(start, stop + 1):
-        path = Path(bounds, policy)
-        s = _solver(timeout_ms)
-        s.add(*path.base(), *path.init())
-        if use:
-            s.add(*path.invariants(0).values())
-        horizon = bounds.last_arrival + w + 1
-        found = None
-        for k in range(1, horizon + 1):
-            s.add(path.extend())
-            if use:
-                s.add(*path.invariants(k).values())
-            s.push()
-            s.add(z3.Not(path.prop("bounded_wait", k, w)))
-            r = s.check()
-            if r == z3.sat:
-                found = extract(path, s.model(), k, "bounded_wait", f"a request waits > {w}", w)
-            s.pop()
-            if r == z3.unknown:
-                return Result(policy, "bounded_wait", "unknown", k, time.monotonic() - t0, reason=s.reason_unknown())
-            if found is not None:
-                break
-            s.add(path.prop("bounded_wait", k, w))
-        if progress:
-            progress(f"  wait > {w} within horizon {horizon}: {'yes' if found else 'no'} "
-                     f"({time.monotonic() - t0:.0f}s)")
-        if found is None:
-            res = Result(policy, "bounded_wait", "proved", horizon, time.monotonic() - t0, witness, bound=w,
-                         worst=w if witness is not None else None,
-                         detail=(f"worst wait {w}" if witness is not None else f"worst wait <= {w}")
-                         + (" (proved lemmas assumed)" if use else ""))
-            if witness is not None:
-                out = replay(witness)
-                res.replay_ok = out.reproduced
-                res.detail += f"; witness replays: {out.detail}"
-            return res
-        witness = found
-    return Result(policy, "bounded_wait", "cex", stop, time.monotonic() - t0, witness, bound=stop,
-                  detail=f"a wait > {stop}")

@@ -1,15 +1,10 @@
 """Safety for ANY number of requests and adapters: an inductive invariant
 over uninterpreted sorts, checked by Z3 with quantifiers (mypyvy / Ivy style).
 
-`Req` and `Adapter` are uninterpreted sorts (`z3.DeclareSort`); `max_loras`,
-`max_num_seqs`, `max_num_batched_tokens` and `starvation_steps` are symbolic.
+`Req` and `Adapter` are uninterpreted sorts; the config values are symbolic.
 Obligations `init ⇒ Inv`, `Inv ∧ step ⇒ Inv'`, `Inv ∧ step ⇒ P`, one unsat
-check each (`check_all`). "At most M adapters" is an injection into {0..M-1},
-the ghost `slot` (`seat` for N). The step over-approximates
-`policy.core.Scheduler` (FCFS and priority, sync or async, KV limited or not,
-chunked prefill on or off; the field's gates add their rule on vLLM's cap).
-Non-vacuity: `VACUOUS_MUTANT`, `TRACES` (replayed by `replay_trace`),
-`MUTANTS` (`exact_violation`); soundness: `crosscheck`
+check each (`check_all`). The step over-approximates `policy.core.Scheduler`.
+Non-vacuity: `VACUOUS_MUTANT`, `TRACES`, `MUTANTS`; soundness: `crosscheck`
 (tests/unbounded_crosscheck.py). The vocabulary, the step, the gates' rules
 and why the abstraction is sound: docs/proofs-unbounded.md.
 """
@@ -18,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import itertools
 import json
 import os
 import tempfile
@@ -182,25 +176,9 @@ def _same_key(g: Sig, r1: z3.ExprRef, r2: z3.ExprRef) -> z3.BoolRef:
 
 
 def invariants(g: Sig, s: State, m: Model) -> dict[str, z3.BoolRef]:
-    """The inductive invariant, one named ∀-formula per conjunct.
-
-    partition: a request has arrived iff it is in exactly one of W/R/F/X.
-    unarrived: a request not yet arrived was never admitted, is not r*, and
-      comes after every arrived request in `seq`.
-    times: arrival <= waiting_since <= step for arrived requests; arrival
-      steps are nondecreasing in `seq`; a never-admitted waiting request has
-      waited since its arrival; a running request was admitted.
-    seats: running requests inject into {0..N-1} (so at most N run).
-    slots (not for vllm/blocking/drainer/vtc with skip): adapters of running
-      requests inject into {0..M-1} (so at most M are running); for
-      timeslice, its active adapters inject into {0..M-1} instead, and
-    active_running (timeslice): the adapter of every running request is active.
-    fifo_state (not for drainer, whose tolerance breaks it): no
-      never-admitted waiting request precedes (in `seq`) an admitted request
-      of its adapter and priority.
-    star_first (fair): no never-admitted waiting request precedes a waiting,
-      never-admitted r* of its adapter and priority.
-    """
+    """The inductive invariant, one named ∀-formula per conjunct (partition,
+    unarrived, times, seats, slots / active_running, fifo_state, star_first);
+    each in English: docs/proofs-unbounded.md, "Invariants"."""
     r, r1, r2 = g.r("r"), g.r("r1"), g.r("r2")
     inv: dict[str, z3.BoolRef] = {}
     inv["partition"] = _fa([r], z3.And(s.arrived(r) == z3.Or(s.W(r), s.R(r), s.F(r), s.X(r)),
@@ -376,11 +354,7 @@ def transition(g: Sig, st: Step) -> list[z3.BoolRef]:
             st.ahead(r1, r2))))
     if fair and m.mutant != "hold_any":
         # fair's holds pass down a queue: a held never-admitted request holds every
-        # later one of its adapter and priority (v6 holds a victim's requests from
-        # the first that is none of a gated, switch-priced, drain or priced
-        # admission on; gated ones are older than the others; cohort
-        # members, never held, are older than any request of their adapter
-        # outside the cohort).
+        # later one of its adapter and priority.
         cs.append(_fa([r1, r2], z3.Implies(z3.And(st.H(r1), z3.Not(s.ever(r1)), st.ahead(r1, r2),
                                                   _same_key(g, r1, r2)), st.H(r2))))
     # monotone scan flags
@@ -554,18 +528,8 @@ def _field_rules(g: Sig, st: Step) -> list[z3.BoolRef]:
 
 def step_property(g: Sig, st: Step, name: str) -> z3.BoolRef:
     """The step properties of `spec.properties`, stated on the pre-state, the
-    step's sets and the post-state (never on the scan's own decisions).
-
-    running_lora_cap: at most M adapters among running requests once the
-      step is scheduled (`slot` of the post-state injects them).
-    batch_lora_cap: at most M adapters among scheduled requests.
-    capacity: at most N running once scheduled; scheduled tokens <= T
-      (every prefix sum before + tok <= T).
-    conservation: every arrived request is in exactly one of W/R/F/X after
-      the step, and has arrived iff it had or arrives now.
-    fifo_within_adapter: no request is first admitted while an earlier
-      (`seq`) request of its adapter and priority stays waiting, never admitted.
-    """
+    step's sets and the post-state, never on the scan's own decisions; each in
+    English: docs/proofs-unbounded.md (the properties after "Invariants")."""
     s, p = st.pre, st.post
     r, r1, r2 = g.r("r"), g.r("r1"), g.r("r2")
     if name == "running_lora_cap":
@@ -595,7 +559,6 @@ class System:
                      ad if ad is not None else z3.DeclareSort("Adapter"))
         self.s0, self.s1 = State(self.g, "0"), State(self.g, "1")
         self.step = Step(self.g, self.s0, self.s1, m, "0")
-        self.universe: list[z3.ExprRef] = []  # the request elements, when `req` is a finite EnumSort
 
     def inv(self, s: State) -> dict[str, z3.BoolRef]:
         return invariants(self.g, s, self.m)
@@ -651,14 +614,13 @@ def _verdict(r: z3.CheckSatResult) -> str:
     return "ok" if r == z3.unsat else ("fail" if r == z3.sat else "unknown")
 
 
-def prove(m: Model, *, props: tuple[str, ...] = PROPERTIES, timeout_ms: int = 60_000,
-          invariant_filter: str | None = None) -> list[Outcome]:
+def prove(m: Model, *, props: tuple[str, ...] = PROPERTIES, timeout_ms: int = 60_000) -> list[Outcome]:
     """Every obligation of `m`: init ⇒ each invariant, Inv ∧ step ⇒ each
     invariant', Inv ∧ step ⇒ each property in `props`."""
     sy = System(m)
     g, out = sy.g, []
     inv0, inv1 = sy.inv(sy.s0), sy.inv(sy.s1)
-    names = [n for n in inv0 if invariant_filter in (None, n)]
+    names = list(inv0)
     base = g.axioms()
     for n in names:
         r, sv, dt = _solve(base + [init(g, sy.s0), z3.Not(inv0[n])], timeout_ms)
@@ -785,29 +747,14 @@ def write_cti(o: Outcome, path: str) -> None:
 
 # ---- reachability (mypyvy `sat trace`) ------------------------------------
 
-_ENUMS = itertools.count()  # fresh names for Z3 enumeration sorts
-
-
 def trace(m: Model, depth: int, goal: Callable[[System, list[State], list[Step]], z3.BoolRef], *,
           extra: Callable[[Sig, list[Step]], list[z3.BoolRef]] | None = None, timeout_ms: int = 60_000,
-          universe: tuple[int, int] | None = None, seeds: int = 1,
-          ) -> tuple[z3.CheckSatResult, float, z3.ModelRef | None, System, list[Step]]:
+          seeds: int = 1) -> tuple[z3.CheckSatResult, float, z3.ModelRef | None, System, list[Step]]:
     """Is a state satisfying `goal` reachable in `depth` steps from init?
-    With `universe` = (R, A), in R requests and A adapters (`z3.EnumSort`:
-    a sat answer is still a trace of the model; Z3 instantiates the
-    quantifiers over the finite sorts, so its time does not swing with the
-    state of the Z3 context as MBQI's can); else over the uninterpreted sorts.
     With `seeds` > 1, an `unknown` is retried with the next random seed
     (a portfolio: MBQI's time on a sat query swings with the seed), each
     try with `timeout_ms`; the time reported is the total."""
-    if universe is None:
-        sy = System(m)
-    else:
-        k = next(_ENUMS)
-        req_sort, elems = z3.EnumSort(f"TReq{k}", [f"q{i}_{k}" for i in range(universe[0])])
-        ad_sort, _ads = z3.EnumSort(f"TAd{k}", [f"b{i}_{k}" for i in range(universe[1])])
-        sy = System(m, req_sort, ad_sort)
-        sy.universe = list(elems)
+    sy = System(m)
     g = sy.g
     states = [State(g, f"t{i}") for i in range(depth + 1)]
     steps = [Step(g, states[i], states[i + 1], m, f"t{i}") for i in range(depth)]
@@ -918,7 +865,6 @@ class TraceCheck:
     expect: str  # sat | unsat
     props: tuple[str, ...] = CAP_PROPERTIES  # the properties it gives evidence about
     replay: str | None = None  # a sat trace violating this property must replay in the reference
-    universe: tuple[int, int] | None = None  # (requests, adapters): a trace in a finite universe (`trace`)
     seeds: int = 1  # random seeds tried in turn while Z3 answers unknown (`trace`)
 
 
@@ -975,7 +921,7 @@ def run_trace(tc: TraceCheck, timeout_ms: int = 60_000) -> Outcome:
     """One reachability check; a violating sat trace is also replayed (`replay_trace`)."""
     r, dt, mod, sy, steps = trace(tc.model, tc.depth, tc.goal, extra=tc.extra,
                                   timeout_ms=timeout_ms if tc.seeds == 1 else min(timeout_ms, TRY_MS),
-                                  universe=tc.universe, seeds=tc.seeds)
+                                  seeds=tc.seeds)
     v = "sat" if r == z3.sat else ("unsat" if r == z3.unsat else "unknown")
     ok = v == tc.expect
     detail = f"expected {tc.expect}, got {v}"
@@ -1003,7 +949,7 @@ def replay_trace(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[Step]
     prop = tc.replay
     assert prop is not None
     g = sy.g
-    univ = sy.universe or mod.get_universe(g.req) or []
+    univ = mod.get_universe(g.req) or []
 
     def true(e: z3.ExprRef) -> bool:
         return z3.is_true(mod.eval(e, model_completion=True))
@@ -1056,7 +1002,7 @@ def replay_arrivals(tc: TraceCheck, mod: z3.ModelRef, sy: System, steps: list[St
     prop = tc.replay
     assert prop is not None
     g = sy.g
-    univ = sy.universe or mod.get_universe(g.req) or []
+    univ = mod.get_universe(g.req) or []
 
     def val(e: z3.ExprRef) -> int:
         return mod.eval(e, model_completion=True).as_long()
@@ -1094,7 +1040,7 @@ MODELS: tuple[tuple[Model, tuple[str, ...], tuple[str, ...]], ...] = (
     (Model("fair", True), PROPERTIES, ()),
     (Model("blocking"), PROPERTIES, ()),
     (Model("blocking", True), ("capacity", "conservation", "fifo_within_adapter"), CAP_PROPERTIES),
-    # the field's gates (docs/frontier.md)
+    # the field's gates (docs/field.md)
     (Model("drainer"), ("running_lora_cap", "batch_lora_cap", "capacity", "conservation"),
      ("fifo_within_adapter",)),
     (Model("drainer", True), ("capacity", "conservation"), (*CAP_PROPERTIES, "fifo_within_adapter")),
@@ -1172,7 +1118,6 @@ def run_mutant(policy: str, skip: bool, mutant: str, timeout_ms: int = 60_000) -
 
 
 def check_all(*, policies: tuple[str, ...] = POLICIES, properties: tuple[str, ...] = PROPERTIES,
-              invariant: str | None = None, mutants: bool = True, traces: bool = True,
               timeout_ms: int = 60_000, echo: Callable[[str], None] = print, cti_dir: str | None = None) -> int:
     """The whole catalogue, mypyvy style; returns the number of unexpected
     results. With `cti_dir`, every failed obligation is written there as
@@ -1184,7 +1129,7 @@ def check_all(*, policies: tuple[str, ...] = POLICIES, properties: tuple[str, ..
             continue
         echo(f"checking {m.label} (any number of requests and adapters):")
         props = tuple(n for n in good + bad if n in properties)
-        for o in prove(m, props=props, timeout_ms=timeout_ms, invariant_filter=invariant):
+        for o in prove(m, props=props, timeout_ms=timeout_ms):
             if o.kind == "trace":
                 echo(o.line())
                 errors += o.verdict != "sat"
@@ -1203,33 +1148,31 @@ def check_all(*, policies: tuple[str, ...] = POLICIES, properties: tuple[str, ..
                 errors += 1
                 if o.verdict == "fail" and o.kind != "safety":
                     echo(f"    error: invariant {o.name} may not be preserved by transition step[{m.label}]")
-    if traces:
-        echo("sat traces (reachability from init, mypyvy `sat trace`):")
-        for tc in TRACES:
-            if tc.model.policy not in policies or not set(tc.props) & set(properties):
-                continue
-            o = run_trace(tc, timeout_ms)
-            echo(o.line())
-            errors += o.verdict in ("fail", "unknown")
-    if mutants:
-        echo("planted bugs (each must make its properties fail):")
-        for pol, skip, mu in MUTANT_RUNS:
-            if pol not in policies or not set(MUTANTS[mu][1]) & set(properties):
-                continue
-            for o in run_mutant(pol, skip, mu, timeout_ms):
-                caught = o.verdict == "fail"
-                echo(o.line().replace(" ... FAILED.", " ... caught (fails).").replace(
-                    "implies safety", f"mutant {mu} on {pol}{'+skip' if skip else ''}: safety")
-                     + ("" if caught else " (SURVIVED!)"))
-                errors += not caught
-        vac = [o for o in prove(Model("fair", True, VACUOUS_MUTANT), props=CAP_PROPERTIES, timeout_ms=timeout_ms)
-               if o.kind in ("trace", "safety")] if "fair" in policies else []
-        for o in vac:  # the caps hold vacuously; the non-vacuity check must fail
-            caught = o.verdict == "fail" if o.kind == "trace" else o.verdict == "ok"
-            word = "sat trace" if o.kind == "trace" else "implies safety"
-            echo(o.line().replace(word, f"mutant {VACUOUS_MUTANT} on fair+skip: {word}")
-                 + (" (vacuously)" if o.kind == "safety" else " (caught: vacuous step)" if caught else " (SURVIVED!)"))
+    echo("sat traces (reachability from init, mypyvy `sat trace`):")
+    for tc in TRACES:
+        if tc.model.policy not in policies or not set(tc.props) & set(properties):
+            continue
+        o = run_trace(tc, timeout_ms)
+        echo(o.line())
+        errors += o.verdict in ("fail", "unknown")
+    echo("planted bugs (each must make its properties fail):")
+    for pol, skip, mu in MUTANT_RUNS:
+        if pol not in policies or not set(MUTANTS[mu][1]) & set(properties):
+            continue
+        for o in run_mutant(pol, skip, mu, timeout_ms):
+            caught = o.verdict == "fail"
+            echo(o.line().replace(" ... FAILED.", " ... caught (fails).").replace(
+                "implies safety", f"mutant {mu} on {pol}{'+skip' if skip else ''}: safety")
+                 + ("" if caught else " (SURVIVED!)"))
             errors += not caught
+    vac = [o for o in prove(Model("fair", True, VACUOUS_MUTANT), props=CAP_PROPERTIES, timeout_ms=timeout_ms)
+           if o.kind in ("trace", "safety")] if "fair" in policies else []
+    for o in vac:  # the caps hold vacuously; the non-vacuity check must fail
+        caught = o.verdict == "fail" if o.kind == "trace" else o.verdict == "ok"
+        word = "sat trace" if o.kind == "trace" else "implies safety"
+        echo(o.line().replace(word, f"mutant {VACUOUS_MUTANT} on fair+skip: {word}")
+             + (" (vacuously)" if o.kind == "safety" else " (caught: vacuous step)" if caught else " (SURVIVED!)"))
+        errors += not caught
     echo(f"{'all ok!' if errors == 0 else f'program has errors. ({errors})'} "
          f"({time.monotonic() - t_all:.1f}s)")
     return errors
@@ -1266,17 +1209,3 @@ def cli_main(args: argparse.Namespace) -> int:
         return 1
     return 2 if unknown else 0
 
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="unbounded safety proofs (any number of requests and adapters)")
-    ap.add_argument("--policy", choices=POLICIES, action="append")
-    ap.add_argument("--check-invariant")
-    ap.add_argument("--no-mutants", action="store_true")
-    ap.add_argument("--timeout", type=int, default=60)
-    a = ap.parse_args(argv)
-    return 1 if check_all(policies=tuple(a.policy or POLICIES), invariant=a.check_invariant,
-                          mutants=not a.no_mutants, timeout_ms=a.timeout * 1000) else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -2,15 +2,11 @@
 
 vLLM's `Scheduler.schedule()` skips a waiting request when
 `len(scheduled_loras) == max_loras and lora_int_id not in scheduled_loras`.
-Which set is counted is the policy's choice (`blocking` and `vllm` count
-vLLM's `scheduled_loras`, which starts from the scheduled running requests on
-0.32 and from every running request on 0.33, `spec.releases`; `fair` counts
-every running request's adapter);
-the rule over that set is written here once and used by the reference gates
-(`policy.gate`), the policies inside vLLM (`lora_sched.scheduler`), the trace
-checker (`spec.properties.no_hol_blocking`, `policy.check.FairHolds`).
-`proofs.encoding` encodes the same rule in SMT and is checked against this
-function by `tests/test_proofs_differential.py`.
+Which set is counted is the policy's choice (`spec.releases` for `blocking`
+and `vllm`; `fair` counts every running request's adapter); the rule over
+that set is written here once, for the reference gates, the classes inside
+vLLM and the trace checker. `proofs.encoding` encodes the same rule in SMT,
+checked against this function by `tests/test_proofs_differential.py`.
 """
 
 from __future__ import annotations

@@ -15,9 +15,8 @@ from lora_sched.spec import releases
 
 QUEUES = ("fcfs", "priority")
 POLICIES = ("blocking", "vllm", "fair")
-# The field's policies: reference gates for the frontier (bench.frontier),
-# checked by the same properties, not offered to users (so not in POLICIES,
-# which the harnesses iterate).
+# The field's policies: reference gates for the frontier (`experiments.frontier`),
+# checked by the same properties, not in POLICIES (which the harnesses iterate).
 REFERENCE_POLICIES = ("drainer", "timeslice", "vtc")
 # Policies that also run inside vLLM as scheduler classes (`lora_sched.scheduler`,
 # the `vllm` one being conformance's recording class): what `conform` and
@@ -41,11 +40,9 @@ class Config:
     queue: str = "fcfs"
     async_scheduling: bool = False
     policy: str = "vllm"
-    # `fair` (and its prototypes): steps a waiting request waits before it is put
-    # first as r* (DESIGN section 3, "starvation guard"); also fair's gap after
-    # a guard and its victim's slack past the slot's freeing (policy/fair.py).
-    # The reference gates read it as their knob: `drainer`'s wait
-    # threshold, `timeslice`'s cycle length (steps); `vtc` ignores it.
+    # `fair`: how long a waiting request waits before it is put first as r*, the gap
+    # after a guard and a victim's slack (policy/fair.py, DESIGN section 3); `drainer`'s
+    # wait threshold and `timeslice`'s cycle length (steps); `vtc` ignores it.
     starvation_steps: int = 16
     # vLLM's `--prefill-schedule-interval` (data-parallel prefill balancing):
     # the DP engine core calls `schedule(throttle_prefills=True)` on every step
@@ -83,13 +80,11 @@ def _int(cfg: Config, name: str, lo: int) -> None:
 
 
 def throttled(cfg: Config, counter: int) -> bool:
-    """Does the engine core throttle prefills on a step?
-
-    vLLM 0.32 `DPEngineCoreProc._should_throttle_prefills` (0.33's
-    scheduler keeps its own cadence instead: `spec.releases`, `prefill_cadence`): `interval > 1 and
-    step_counter % interval != 0`, where `counter` (vLLM's `step_counter`) is
-    the number of steps run since the current wave started: 0 for the first
-    step after the engine was idle, which is therefore never throttled."""
+    """Does the engine core throttle prefills on a step? vLLM 0.32's
+    `DPEngineCoreProc._should_throttle_prefills` (0.33's scheduler keeps its own
+    cadence: `spec.releases`): `interval > 1 and step_counter % interval != 0`,
+    `counter` being the steps since the current wave started (0, never
+    throttled, for the first step after the engine was idle)."""
     k = cfg.prefill_schedule_interval
     return k > 1 and counter % k != 0
 

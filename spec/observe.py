@@ -4,12 +4,8 @@ A trace says what was scheduled, not why; the observer replays the events
 into per-request counters (computed tokens, sampled tokens, KV blocks, when a
 request last started waiting) so that the property predicates can be asked
 about each step. It uses no policy code: it is how a trace from vLLM itself
-is judged.
-
-Memory follows what is live: requests waiting or running are kept as
-`Observed` objects; a finished or aborted one is packed into a few bytes
-(`_RETIRED`) and unpacked again only if a later step names it (a broken trace
-can). A step costs what it names plus the live requests, never the trace so far.
+is judged. Memory follows what is live: a finished or aborted request is
+packed (`_RETIRED`) until a later step names it (docs/operator-scale.md).
 """
 
 from __future__ import annotations
@@ -173,13 +169,6 @@ class Observer:
         self._ever.clear()
         for r, o in ordered:
             self._track(r, o)
-
-    def status_of(self, rid: str) -> str:
-        """waiting | running | finished | aborted, for any request seen (`reqs` holds only live ones)."""
-        o = self.reqs.get(rid)
-        if o is not None:
-            return o.status
-        return _STATUS_NAME[_RETIRED.unpack(self._retired[rid])[6]]
 
     def _unpacked(self) -> Iterator[tuple[str, int, int, int | None, str]]:
         """(id, seq, arrival, first admitted, status) of every request, retired or live."""

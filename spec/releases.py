@@ -1,18 +1,8 @@
 """The supported vLLM releases and their scheduling semantics: one registry.
 
 Every part of the project that must know which vLLM it models asks here. The
-differences (0.32 / 0.33; lines of 0.33.0's `vllm/v1/core/sched/scheduler.py`):
-`cap_counts`, the running requests the LoRA cap counts (scheduled ones /
-every one in `self.running`, 1038-1047); `prefill_cadence`, who applies
-`--prefill-schedule-interval` (the DP engine core, `DPEngineCoreProc` in
-`vllm/v1/engine/core.py` / the scheduler, 396-425, 771-791, 1621-1629);
-`priority_self_preempt` (`break` / `continue`, 982-992); `zero_token_waiting`
-(`break` / skip, 1394-1398; unreachable in the model); `threshold_chunked_only`,
-whether `--long-prefill-token-threshold` applies only with chunked prefill on
-(0.34.0's scheduler.py 775-779; 0.32 and 0.33 cut prompts at it either way).
-0.34's waiting scan is `while True:` with a `loads_only` branch (1091-1113),
-the same admission as 0.33's while no in-flight KV-load limit is set. Each in
-full, with its consumers: docs/conformance.md, "The releases' differences".
+fields, each with the vLLM lines it follows and its consumers:
+docs/conformance.md, "The releases' differences".
 """
 
 from __future__ import annotations
@@ -38,10 +28,6 @@ class Release:
     def pattern(self) -> str:
         """The installed versions this release covers, as users write it (`0.32.x`)."""
         return f"{self.name}.x"
-
-    def covers(self, version: str) -> bool:
-        """Is the vLLM `version` string (`0.33.0`, `0.33.1+cpu`) of this release?"""
-        return release_name(version) == self.name
 
 
 RELEASES: dict[str, Release] = {

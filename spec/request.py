@@ -40,9 +40,5 @@ class Request:
         if isinstance(self.priority, bool) or not isinstance(self.priority, int):
             raise bad("priority", f"must be an integer, got {self.priority!r}")
 
-    @property
-    def is_lora(self) -> bool:
-        return self.adapter > 0
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

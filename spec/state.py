@@ -77,11 +77,6 @@ class State:
     def used_blocks(self) -> int:
         return sum(self.reqs[r].blocks for r in self.running)
 
-    def free_blocks(self) -> int | None:
-        if self.config.kv_blocks is None:
-            return None
-        return self.config.kv_blocks - self.used_blocks()
-
     def adapter(self, rid: str) -> int:
         return self.reqs[rid].req.adapter
 

@@ -84,12 +84,11 @@ class Trace:
 class TraceWriter:
     """Writes one event a line and flushes it (and fsyncs on close).
 
-    A path ending in `.gz` is written gzip-compressed. `flush_every` lines
-    are written between flushes (1: a crash loses nothing; more: faster).
-    `max_bytes`: rotate by size. `path` is then a directory of segments
-    `trace-000001.jsonl.gz`, ... (`.jsonl` with `compress=False`), each
-    starting with the header line, a new one once the current one holds
-    `max_bytes` on disk (checked at each flush); `segments` reads them back.
+    A path ending in `.gz` is written gzip-compressed. `flush_every` lines are
+    written between flushes (1: a crash loses nothing; more: faster). With
+    `max_bytes`, `path` is a directory of segments `trace-000001.jsonl.gz`, ...
+    (`.jsonl` with `compress=False`), each starting with the header line, a new
+    one once the current one holds `max_bytes` on disk (checked at each flush).
     """
 
     def __init__(self, path: str | os.PathLike[str], config: Config, source: str, *, flush_every: int = 1,
@@ -165,12 +164,10 @@ class TraceWriter:
 # ---- reading ---------------------------------------------------------------
 
 def _release(head: dict[str, Any], source: str, err) -> str:
-    """The vLLM release a header selects: the one its `source` names (a
-    recorded trace: `vllm 0.33.0`), else its config's `vllm` key (a reference
-    trace), else `releases.LEGACY`. Both given and different: inconsistent.
-    A release the registry lacks (`vllm 0.35.0`) selects `releases.NEWEST`'s
-    semantics; the trace has no reference to replay against
-    (`releases.unregistered`)."""
+    """The vLLM release a header selects: the one its `source` names (a recorded
+    trace: `vllm 0.33.0`), else its config's `vllm` key, else `releases.LEGACY`;
+    both given and different: inconsistent. A release the registry lacks selects
+    `releases.NEWEST`'s semantics, with no reference (`releases.unregistered`)."""
     if releases.unregistered(source) is not None:
         named = releases.NEWEST
     else:
@@ -189,9 +186,7 @@ def _get(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], err) -> A
     if key not in obj:
         raise err(f"missing field {key!r}")
     value = obj[key]
-    if isinstance(value, bool) and kind is not bool:
-        raise err(f"field {key!r} must be {_kind_name(kind)}, got {value!r}")
-    if not isinstance(value, kind):
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise err(f"field {key!r} must be {_kind_name(kind)}, got {value!r}")
     return value
 
@@ -301,12 +296,11 @@ def iter_lines(path: str) -> Iterator[tuple[int, str]]:
 class TraceReader:
     """Reads a trace in one pass, one event at a time: the streaming form of `read_trace`.
 
-    The constructor reads the header (`config`, `source`, `header`);
-    iterating yields every event in file order, each checked as `read_trace`
-    documents, and raises `TraceError` at the first malformed line. Memory:
-    the arrival step of every request id seen (to tell an unknown request
-    from one that finished), nothing per step. `complete`, `requests` and
-    `steps` are final once the iteration is over.
+    The constructor reads the header (`config`, `source`, `header`); iterating
+    yields every event in file order, each checked as `read_trace` documents,
+    and raises `TraceError` at the first malformed line (memory:
+    docs/operator-scale.md). `complete`, `requests` and `steps` are final once
+    the iteration is over.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, allow_truncated_tail: bool = False) -> None:
@@ -642,25 +636,9 @@ def step_line_at(path: str, step: int) -> int | None:
 
 
 def read_trace(path: str | os.PathLike[str], *, allow_truncated_tail: bool = False) -> Trace:
-    """Read a trace, checking its structure and references only.
-
-    Rejected (`TraceError`, the CLI's exit 2): a line that is not a JSON
-    object; a missing or wrong header (format, version, config); an unknown
-    event kind; a missing field or one of the wrong type; a negative step; a
-    request id listed twice in one field, arriving twice, or not arrived yet
-    (unknown, or its arrival step after the step that names it); step numbers
-    that do not increase; an arrival or abort for a step whose line was
-    already written. The first step may be any number >= 0, and steps may
-    jump over idle ones. The file may be gzip-compressed. Lines are read in
-    order (`TraceReader`): the first malformed one is reported.
-
-    Not judged here: whether the lists agree with the events before, whether
-    a step admits only waiting requests, fits the budget, the seats or the KV
-    blocks... Those are the properties of `spec.properties` (`conservation`,
-    `capacity`, ...), which `policy.check` reports as violations (exit 1), so a
-    broken recorder is told apart from a scheduler that broke a property.
-
-    `allow_truncated_tail`: a crash can cut the last line short; when set, an
-    unparsable *final* line is dropped and `Trace.complete` is False.
-    """
+    """Read a trace, checking its structure and references only: what it rejects
+    (`TraceError`) and what it leaves to the properties, docs/operator-scale.md.
+    Lines are read in order (`TraceReader`): the first malformed one is reported.
+    `allow_truncated_tail`: an unparsable *final* line (a crash can cut it short)
+    is dropped and `Trace.complete` is False."""
     return TraceReader(path, allow_truncated_tail=allow_truncated_tail).trace()

@@ -1,12 +1,41 @@
-"""vLLM's scheduler driven in-process for the tests: random conformance cases and a plain synchronous loop."""
+"""vLLM's scheduler driven in-process for the tests: random cases, `conform` and a plain synchronous loop."""
 
 from __future__ import annotations
 
+import os
 import random
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
 
 from lora_sched.policy.driver import Workload
+from lora_sched.policy.replay import ReplayResult, replay
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
+from lora_sched.spec.trace import read_trace
+
+
+@dataclass
+class Outcome:
+    trace: Path
+    steps: int
+    replay: ReplayResult
+
+
+def conform(cfg: Config, workload: Workload, trace_path: str | os.PathLike[str] | None = None,
+            *, policy: str | None = None) -> Outcome:
+    """Record vLLM on `workload` (`conformance.inprocess.run_workload`) and replay the trace through the reference."""
+    from lora_sched.conformance.inprocess import run_workload
+
+    policy = policy or cfg.policy
+    if trace_path is None:
+        # tmpfs when there is one: the writer fsyncs on close.
+        tmp = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        fd, name = tempfile.mkstemp(prefix="lora-sched-", suffix=".jsonl", dir=tmp)
+        os.close(fd)
+        trace_path = name
+    steps = run_workload(cfg, workload, trace_path, policy=policy)
+    return Outcome(Path(trace_path), steps, replay(read_trace(trace_path), policy))
 
 
 def run_sync(sched, max_steps: int | None = None) -> int:

@@ -50,7 +50,7 @@ VTC_SEED_ONLY = "seed (rate inf)"
 
 
 def _conform(cfg, wl, tmp_path, policy, **kw):
-    from lora_sched.conformance.inprocess import conform
+    from inprocess_cases import conform
 
     return conform(cfg, wl, tmp_path / "t.jsonl", policy=policy, **kw)
 

@@ -14,7 +14,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from inprocess_cases import random_case
+from inprocess_cases import conform, random_case
 from lora_sched.policy import claims
 from lora_sched.policy.check import check_trace
 from lora_sched.policy.scenarios import SCENARIOS
@@ -22,12 +22,6 @@ from lora_sched.policy.scenarios import SCENARIOS
 pytestmark = pytest.mark.vllm
 
 N_RANDOM = 1000
-
-
-def conform(*args, **kw):
-    from lora_sched.conformance.inprocess import conform
-
-    return conform(*args, **kw)
 
 
 def installed_release() -> str:

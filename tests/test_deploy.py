@@ -502,6 +502,7 @@ def test_pass_over_sees_what_vllm_would_see_scan_after_scan(policy: str, case: t
         assert (w_queue, w_deferred) == (b_queue, b_deferred)
 
 
+@pytest.mark.release_slow  # an import check; every test here loads the classes on each release
 def test_the_deploy_classes_load_no_tool_dependency():
     """What vLLM loads with `--scheduler-cls` imports vLLM, spec and policy only:
     no matplotlib, Z3, Hypothesis or Ray enters the engine process."""

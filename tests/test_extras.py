@@ -2,7 +2,7 @@
 
 `pip install lora-sched` (no extras) brings matplotlib (a runtime dependency:
 `bench`'s plots and `view --out F.png`); vLLM (`conform`, `bench --live`)
-and Ray (`fuzz`, `prove --sweep`) are extras. A command run
+and Ray (`fuzz`) are extras. A command run
 without its extra stops with one line naming it, not a traceback. The
 missing extra is simulated in a subprocess by an import hook that refuses
 its modules, as an interpreter without them would.
@@ -53,15 +53,6 @@ def test_a_command_without_its_extra_names_it_in_one_line(tmp_path, blocked, arg
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
     assert f"pip install 'lora-sched[{extra}]'" in lines[0] and argv[0] in lines[0], lines[0]
-
-
-def test_prove_sweep_is_run_by_fuzz_and_names_its_extra(tmp_path):
-    """`prove --sweep` is dispatched to `fuzz.sweep` (lora_sched.cli.MODES), whose Ray is the fuzz extra."""
-    out = run_without("ray", "prove", "--sweep", "--policy", "vllm", cwd=tmp_path)
-    assert out.returncode == 2, out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
-    assert lines[0].startswith("error: lora-sched prove needs ray") and "lora-sched[fuzz]" in lines[0], lines[0]
 
 
 def test_a_missing_module_outside_the_extras_is_not_hidden(tmp_path):

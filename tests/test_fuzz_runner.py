@@ -74,6 +74,7 @@ def installed_release() -> str:
 _AS_0401 = "import sys, vllm\nvllm.__version__ = '0.40.1'\n"
 
 
+@pytest.mark.release_slow  # the version is patched: the same test on every release
 def test_an_unregistered_vllm_is_fuzzed_without_a_replay_and_refused_by_conform(tmp_path) -> None:
     """`conform` needs a reference: one line, exit 2. A fuzz case of the
     project's classes (which refuse to load there) runs stock vLLM; its trace

@@ -17,10 +17,9 @@ The rule in English. The project's modules sit in layers, in this order
   it uses, `lora_sched.recorder`; it imports spec and
   policy only (and vLLM).
 - `proofs`, `conformance`, `fuzz`, `bench` and `view` are tools over them: fuzz
-  uses proofs' counterexamples and conformance's in-process vLLM (and runs
-  `prove --sweep`); conformance and bench drive the deploy classes; view's
-  render benchmark draws bench's seed run. Their order is what the code needs;
-  two tools with no edge between them could swap.
+  uses proofs' counterexamples and conformance's in-process vLLM; conformance
+  and bench drive the deploy classes. Their order is what the code needs; two
+  tools with no edge between them could swap.
 - `lora_sched.cli` dispatches every command; it may import anything and nothing
   imports it. `lora_sched.palette` is a leaf (colours, no imports).
 
@@ -314,7 +313,6 @@ def test_the_graph_is_seen_whole() -> None:
     pairs = {(e.source, e.target) for e in tree.edges}
     assert ("lora_sched.bench.cli", "lora_sched.bench.live") in pairs
     assert ("lora_sched.cli", "lora_sched.proofs.cli") in pairs  # a string of COMMANDS
-    assert ("lora_sched.cli", "lora_sched.fuzz.sweep") in pairs  # `prove --sweep`
     assert ("lora_sched.scheduler", "lora_sched.recorder") in pairs
     assert any(e.local for e in tree.edges)
     # nothing imports the CLI but `python -m lora_sched`

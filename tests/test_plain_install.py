@@ -6,7 +6,7 @@ no vLLM, Ray, msgspec or test tools). Then, from that venv's own console
 script: `simulate`, `check` (whose trace reader falls back to json without
 msgspec), `prove`, `bench` with its plots, `view` to HTML and PNG, and a
 `python -m lora_sched.bench.X` module run to completion; `conform`,
-`bench --live`, `fuzz` and `prove --sweep` stop with exit 2 and one line
+`bench --live` and `fuzz` stop with exit 2 and one line
 naming `pip install 'lora-sched[vllm]'` / `'lora-sched[fuzz]'`.
 (`tests/test_extras.py` covers more commands with an import blocker, in
 this venv.)
@@ -81,7 +81,6 @@ def test_core_commands_run_after_a_plain_install(plain, tmp_path):
     (("conform", "--in-process", "--scenario", "starvation", "--policy", "vllm"), "vllm"),
     (("bench", "--live", "--no-plots"), "vllm"),
     (("fuzz", "--minutes", "0.01"), "fuzz"),
-    (("prove", "--sweep", "--policy", "vllm"), "fuzz"),
 ])
 def test_a_command_needing_an_extra_names_it_after_a_plain_install(plain, tmp_path, argv, extra):
     out = run(plain, "lora-sched", *argv, cwd=tmp_path)

@@ -52,5 +52,7 @@ def test_tight_wait_agrees_with_worst_wait() -> None:
     witness waits that long in `policy/`."""
     from lora_sched.proofs.mutants import WAIT, WAIT_WORST
 
-    r = engine.tight_wait(WAIT, "fair", 1)
+    from experiments.proofs_benchmark import tight_wait
+
+    r = tight_wait(WAIT, "fair", 1)
     assert r.verdict == "proved" and r.worst == WAIT_WORST and r.replay_ok, r.detail

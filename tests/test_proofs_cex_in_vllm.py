@@ -27,7 +27,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from lora_sched.conformance.inprocess import conform, run_workload
+from inprocess_cases import conform
+from lora_sched.conformance.inprocess import run_workload
 from lora_sched.policy.check import check_trace
 from lora_sched.policy.replay import replay
 from lora_sched.proofs.cex import Cex

@@ -55,7 +55,6 @@ from lora_sched.policy.bound import (
     star_victim_steps,
     starved_steps,
     unscanned_steps,
-    victim_steps,
     workload_bound,
 )
 from lora_sched.policy.check import FairHolds, check_trace
@@ -72,6 +71,20 @@ from strategies import bounds, configs, scenarios
 
 MAX_REQUESTS = 16
 DRAIN_LIMIT = 2000  # steps; a completable run needs far fewer
+
+
+def victim_steps(drain: int, window: int) -> int:
+    """G1 of `policy.bound`'s docstring (`victim_drains`): a victim holds no slot
+    D + S + 1 steps after it is chosen."""
+    return drain + window + 1
+
+
+def observed_status(obs: Observer, rid: str) -> str:
+    """waiting | running | finished | aborted, for any request `obs` has seen (its `reqs` holds only live ones)."""
+    from lora_sched.spec.observe import _RETIRED, _STATUS_NAME
+
+    o = obs.reqs.get(rid)
+    return o.status if o is not None else _STATUS_NAME[_RETIRED.unpack(obs._retired[rid])[6]]
 
 
 class PolicyMachine(RuleBasedStateMachine):
@@ -201,7 +214,7 @@ class PolicyMachine(RuleBasedStateMachine):
         if not hasattr(self, "sched") or self.cfg.async_scheduling or self.events:
             return
         for rid, rs in self.sched.state.reqs.items():
-            assert self.obs.status_of(rid) == rs.status, (rid, self.obs.status_of(rid), rs.status)
+            assert observed_status(self.obs, rid) == rs.status, (rid, observed_status(self.obs, rid), rs.status)
 
     def teardown(self):
         """Drain the run to completion (no more arrivals), then check bounded_wait."""

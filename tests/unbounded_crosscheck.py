@@ -9,6 +9,7 @@ reference")."""
 from __future__ import annotations
 
 import inspect
+import itertools
 import random
 from dataclasses import dataclass, field
 
@@ -16,9 +17,11 @@ import z3
 from lora_sched.policy import make_gate
 from lora_sched.policy.core import Scheduler
 from lora_sched.policy.fair import starvation_window
-from lora_sched.proofs.unbounded import _ENUMS, Model, System
+from lora_sched.proofs.unbounded import Model, System
 from lora_sched.spec.config import Config
 from lora_sched.spec.request import Request
+
+_ENUMS = itertools.count()  # fresh names for Z3 enumeration sorts
 
 
 @dataclass

@@ -1,10 +1,9 @@
 """`lora-sched view TRACE [--out FILE.html|FILE.png ...]`: draw a trace's timeline.
 
-TRACE is a `lora-sched-trace` JSONL file (from `simulate`, `conform`, `check`'s
-inputs) or an ITF counterexample from `prove --itf-dir`. `--out` may be given
-more than once; the format follows the extension. Without it, the page is
-written next to TRACE as `TRACE.html`. Exit 0 when drawn (violations are
-drawn, not failed on), 2 on bad input.
+TRACE is a `lora-sched-trace` JSONL file or an ITF counterexample from `prove
+--itf-dir`. `--out` may be repeated, the format following the extension;
+without it the page is `TRACE.html` next to TRACE. Exit 0 when drawn
+(violations are drawn, not failed on), 2 on bad input.
 """
 
 from __future__ import annotations

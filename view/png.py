@@ -33,7 +33,6 @@ class Drawn:
     """What `render` put on the figure, counted: the structural record tests compare with the layout."""
 
     segments: int = 0
-    slot_blocks: int = 0
     marks: dict[str, int] = field(default_factory=dict)
     violation_labels: list[str] = field(default_factory=list)
     row_labels: list[str] = field(default_factory=list)
@@ -86,7 +85,6 @@ def figure(layout: Layout, *, dpi: int = 110) -> tuple[Figure, Drawn]:
             faces.append(adapter_color(v))
             edges.append("none")
             drawn.victim_blocks += 1
-    drawn.slot_blocks = len(polys) - drawn.victim_blocks
     band.add_collection(PolyCollection(polys, facecolors=faces, edgecolors=edges, linewidths=0.8))
     band.axhline(layout.max_loras, color="black", linestyle="--", linewidth=1)
     band.text(x1, layout.max_loras, f" max_loras {layout.max_loras}", va="center", ha="left", fontsize=8)

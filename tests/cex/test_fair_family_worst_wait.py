@@ -1,4 +1,4 @@
-"""Replay of fair's worst wait on the R=6 family model of `proofs.checks.FAMILY`.
+"""Replay of fair's worst wait on the R=6 family model of `experiments.proofs_benchmark.FAMILY`.
 
 B = fair_bound(Q=6) = 30. R=6, A=3, P<=1, L<=2, max_loras 1..2, max_num_seqs 1..2, arrivals by step 7: Z3 finds a
 request waiting 10 steps (and `python -m experiments.proofs_benchmark --only fair_wait_family` shows

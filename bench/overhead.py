@@ -1,7 +1,5 @@
-"""Scheduler overhead: vLLM's real `schedule()` + `update_from_output()` per step, stock vs ours.
-
-    python -m lora_sched.bench.overhead [--quick] [--steps N] [--waiting W,...] [--out [PATH]]
-    lora-sched bench --overhead ...
+"""Scheduler overhead: vLLM's real `schedule()` + `update_from_output()` per step, stock vs ours
+(`lora-sched bench --overhead`, `python -m lora_sched.bench.overhead`).
 
 Times that scheduler work for vLLM's stock `Scheduler` and `AsyncScheduler`
 and every class of `lora_sched.scheduler.CLASSES`, built in-process as

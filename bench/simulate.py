@@ -1,13 +1,10 @@
 """Simulated benchmark: the seed's configuration through the reference policies.
 
-The reference policies schedule step by step and the cost model
-(`policy.costmodel`) turns each step into seconds; from the per-request token
-timeline this computes the result block of vLLM's `benchmark_serving.py`, with
-its definitions (duration, TTFT, TPOT, ITL, numpy's linear percentiles), and
-each adapter's mean and maximum wait before first admission. `seed_requests`:
-500 prompts from `policy.workloads.seed_mix` rescaled to the seed's 124520
-tokens, adapters round robin over 8 LoRAs (or uniform with `assign="random"`),
-120 output tokens, every request at step 1.
+The cost model (`policy.costmodel`) turns each reference step into seconds;
+from the per-request token timeline this computes the result block of vLLM's
+`benchmark_serving.py` with its definitions (TTFT, TPOT, ITL, numpy's linear
+percentiles) and each adapter's mean and maximum wait before first admission.
+`seed_requests`: the seed's 500 prompts (docs/bench.md).
 """
 
 from __future__ import annotations
@@ -46,7 +43,8 @@ def seed_config(**overrides: object) -> Config:
 def seed_requests(n: int = SEED_PROMPTS, *, adapters: int = SEED_ADAPTERS, seed: int = 2,
                   output: int = SEED_OUTPUT, assign: str = "round_robin",
                   total_input: int | None = None, arrival_every: float = 0.0) -> list[Request]:
-    """seed_mix's prompts rescaled to the seed's total (see the module docstring)."""
+    """`seed_mix`'s prompts rescaled to the seed's 124520 input tokens, adapters round
+    robin (or uniform with `assign="random"`), `output` tokens each, all at step 1."""
     reqs = seed_mix(n, adapters=adapters, seed=seed, max_tokens=output, arrival_every=arrival_every)
     target = total_input if total_input is not None else round(SEED_INPUT_TOKENS * n / SEED_PROMPTS)
     raw = [r.prompt_tokens for r in reqs]

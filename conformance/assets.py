@@ -83,25 +83,33 @@ def _write_adapter(model_dir: Path, out: Path, seed: int) -> None:
     cfg_path.write_text(json.dumps(data, indent=2))
 
 
+def _generate(dest: Path, write) -> None:
+    """Write `dest` into a private directory renamed into place: processes that
+    generate it at once never see half of it; the first rename wins."""
+    if (dest / ".done").exists():
+        return
+    tmp = dest.parent / f".{dest.name}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    write(tmp)
+    (tmp / ".done").write_text("ok\n")
+    if dest.exists() and not (dest / ".done").exists():  # left half-written by a killed process
+        shutil.rmtree(dest, ignore_errors=True)
+    try:
+        os.rename(tmp, dest)
+    except OSError:  # another process's copy is in place
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def ensure_assets(n_adapters: int = 8, root: str | os.PathLike[str] | None = None) -> Assets:
     """Return the tiny model and `n_adapters` adapters, generating what is missing."""
     root = Path(root) if root is not None else DEFAULT_ROOT
     model_dir = root / f"tiny-llama-v{VERSION}"
-    if not (model_dir / ".done").exists():
-        if model_dir.exists():
-            shutil.rmtree(model_dir)
-        model_dir.mkdir(parents=True)
-        _write_tokenizer(model_dir)
-        _write_model(model_dir)
-        (model_dir / ".done").write_text("ok\n")
+    _generate(model_dir, lambda d: (_write_tokenizer(d), _write_model(d)))
     adapters: dict[str, Path] = {}
     for i in range(1, n_adapters + 1):
         out = root / f"lora-v{VERSION}-{i}"
-        if not (out / ".done").exists():
-            if out.exists():
-                shutil.rmtree(out)
-            _write_adapter(model_dir, out, seed=1000 + i)
-            (out / ".done").write_text("ok\n")
+        _generate(out, lambda d, seed=1000 + i: _write_adapter(model_dir, d, seed=seed))
         adapters[f"lora{i}"] = out
     return Assets(model_dir, adapters)
 

@@ -10,6 +10,7 @@ applies aborts between two steps, as the reference does, and records the trace.
 
 from __future__ import annotations
 
+import copy
 import os
 
 # Quiet vLLM (read at its first import). A live server started later inherits it:
@@ -35,6 +36,7 @@ def _scheduler_classes(policy: str) -> tuple[type, type]:
 
 
 _VLLM_CONFIG_CACHE: dict[tuple, object] = {}
+_MODEL_CONFIG_CACHE: dict[tuple[str, int], object] = {}
 
 
 def make_scheduler(cfg: Config, policy: str | None = None, *, model: str | None = None,
@@ -71,8 +73,11 @@ def make_scheduler(cfg: Config, policy: str | None = None, *, model: str | None 
             prefill_schedule_interval=cfg.prefill_schedule_interval,
             is_encoder_decoder=False,
         )
-        model_config = ModelConfig(model=model, dtype="float32", seed=0, max_model_len=max_len,
-                                   skip_tokenizer_init=True)
+        # A copy of one ModelConfig per (model, length): building one parses the HF config.
+        if (model, max_len) not in _MODEL_CONFIG_CACHE:
+            _MODEL_CONFIG_CACHE[model, max_len] = ModelConfig(model=model, dtype="float32", seed=0,
+                                                              max_model_len=max_len, skip_tokenizer_init=True)
+        model_config = copy.deepcopy(_MODEL_CONFIG_CACHE[model, max_len])
         cache_config = CacheConfig(block_size=cfg.block_size, enable_prefix_caching=False)
         vllm_config = VllmConfig(scheduler_config=scheduler_config, model_config=model_config,
                                  cache_config=cache_config,

@@ -189,7 +189,7 @@ def tight_wait(bounds: enc.Bounds, policy: str, start: int = 1, *, stop: int = 6
     witness: Cex | None = None
     for w in range(start, stop + 1):
         path = Unrolled(bounds, policy)
-        s = engine._solver(timeout_ms)
+        s = engine.solver(timeout_ms)
         s.add(*path.base(), *path.init())
         if use:
             s.add(*path.invariants(0).values())

@@ -220,9 +220,8 @@ def _case(seed: int, replay_against: str | None, target: dict[str, Any] | None) 
     return case_of(seed, scheduler_cls=target["scheduler_cls"], expect=tuple(target["expect"]))
 
 
-# The workers' handles, kept for the driver's life: the next campaign in the
-# same Ray session (a resume, a catalogue of classes, the tests) finds them
-# by name with vLLM imported.
+# The workers' handles, kept for the driver's life: a later campaign in the same
+# Ray session (a resume, a catalogue of classes) reuses them, vLLM imported.
 _HANDLES: dict[tuple[str, int], Any] = {}
 
 
@@ -282,8 +281,6 @@ def run_campaign(opts: Options, out: Path, log=None) -> Report:
     workers = _init_ray(opts)
     cls = _worker_class()
     t_actors = time.perf_counter()
-    # Named, so that a later campaign in the same Ray session (a resume, the
-    # tests) reuses the workers and their imported vLLM.
     session = ray.get_runtime_context().get_node_id()
     for i in range(workers):  # a named actor lives while its first handle does
         if (session, i) not in _HANDLES:

@@ -2,15 +2,13 @@
 `--scheduler-cls lora_sched.scheduler.AsyncFairScheduler` (README.md, "Deploy fair in vLLM").
 
 `AsyncFairScheduler` subclasses vLLM's `AsyncScheduler` (its default on
-GPU), `FairScheduler` the synchronous `Scheduler`; the field's gates are
-`DrainerScheduler`, `TimesliceScheduler` and `VtcScheduler`, each with an
-`Async` twin. Every policy class is `GateMixin` driving the gate object of
-`policy` (`make_gate`) that the reference core runs, fed from vLLM's own
-state; `lora_sched.hook` adds the two calls to vLLM's `schedule()` and
-`lora_sched.queues` holds the waiting queue as the scan sees it. Every class
-records a trace under `LORA_SCHED_TRACE=PATH` (`lora_sched.recorder`).
-`starvation_steps` (S in prefill cadences; the drainer's wait threshold and
-the time slice's length, in steps) and its checks: the README section above.
+GPU), `FairScheduler` the synchronous `Scheduler`; each field gate
+(`DrainerScheduler`, `TimesliceScheduler`, `VtcScheduler`) has an `Async`
+twin. Every policy class is `GateMixin` driving the reference's gate
+(`policy.make_gate`) from vLLM's own state; `lora_sched.hook` adds the two
+calls to vLLM's `schedule()`, `lora_sched.queues` holds the waiting queue as
+the scan sees it, and `LORA_SCHED_TRACE=PATH` records a trace
+(`lora_sched.recorder`). `starvation_steps`: README, "Deploy fair in vLLM".
 """
 
 from __future__ import annotations

@@ -2,11 +2,10 @@
 
 `Scheduler.step` is one `schedule()` plus its model output, following
 `vllm/v1/core/sched/scheduler.py` and `async_scheduler.py` branch by branch
-for the features the model keeps; running requests the environment declines
-to schedule are the optional `skip_running` set. The LoRA admission decision
-is delegated to a `Gate` (`policy.gate`); `config.vllm` selects the release
-(`spec.releases`). What is kept and what is not: docs/conformance.md, "The
-reference core".
+for the features the model keeps (docs/conformance.md, "The reference core");
+running requests the environment declines to schedule are `skip_running`. The
+LoRA admission decision is a `Gate`'s (`policy.gate`); `config.vllm` selects
+the release (`spec.releases`).
 """
 
 from __future__ import annotations

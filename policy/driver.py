@@ -101,8 +101,7 @@ def run(
 ) -> RunResult:
     """Drive `workload` until every request finished or was aborted.
 
-    `gate` replaces the policy's gate (tests plant bugs this way), and
-    `scheduler` the core (`experiments.preemption` runs an experimental subclass).
+    `gate` replaces the policy's gate (planted bugs), `scheduler` the core.
     `keep_records=False` keeps memory to the live requests: step records go
     only to the trace (when `trace_path` is given), the scheduler forgets
     finished requests, each request's first admission is summarised as the run

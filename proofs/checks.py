@@ -105,7 +105,7 @@ def run_check(c: Check, progress: engine.Progress | None = None, timeout_ms: int
         return engine.kinduction(c.bounds, c.policy, c.property, c.depth, timeout_ms=timeout_ms, progress=progress)
     if c.method == "wait":
         return engine.worst_wait(c.bounds, c.policy, c.depth, c.wait_bound(), progress=progress,
-                                 timeout_ms=max(timeout_ms, 300_000))
+                                 timeout_ms=max(timeout_ms, 300_000), expect=c.worst)
     if c.method == "lasso":
         r = engine.lasso(c.bounds, c.policy, c.depth, timeout_ms=timeout_ms, progress=progress)
         if r.cex is not None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import z3
 from lora_sched.proofs import encoding as enc
+from lora_sched.proofs import engine
 from lora_sched.proofs.unroll import Path
 
 # Small bounds: every mutant dies within a few steps on them.
@@ -144,8 +145,7 @@ def _first_violation(b: enc.Bounds, policy: str, prop: str, depth: int, bound: i
                      timeout_ms: int) -> tuple[str, int]:
     """Incremental BMC without replay (a mutant's trace is not the reference's)."""
     path = Path(b, policy)
-    s = z3.Solver()
-    s.set("timeout", timeout_ms)
+    s = engine.solver(timeout_ms)
     s.add(*path.base(), *path.init())
     for k in range(1, depth + 1):
         s.add(path.extend())

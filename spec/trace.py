@@ -3,10 +3,9 @@
 JSON Lines, one event a line: a `header`, then `arrive`, `abort` and `step`
 events (`docs/trace.schema.json` is the JSON Schema of each line).
 `TraceWriter` flushes every line so a crash loses nothing; `TraceReader`
-(one pass, one event at a time) and `read_trace` (the whole trace in
-memory) check structure and references: a malformed trace raises
-`TraceError` naming the file, the line and the reason. What a trace says the scheduler
-did is judged by the properties (`policy.check`), not by the reader.
+(one pass) and `read_trace` (in memory) check structure and references: a
+malformed trace raises `TraceError` naming the file, the line and the reason.
+What the scheduler did is judged by the properties (`policy.check`).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.vllm, pytest.mark.release_slow]  # drives vLLM's own scheduler; a finding, not the package
+pytestmark = [pytest.mark.vllm, pytest.mark.full]  # a finding's script, not the package: make test-full
 
 SCRIPT = Path(__file__).resolve().parents[1] / "docs" / "findings" / "vllm-0.34-cache-aware-admission.py"
 STREAMS = (10, 20, 40)

@@ -80,24 +80,33 @@ def test_an_unregistered_vllm_is_fuzzed_without_a_replay_and_refused_by_conform(
     project's classes (which refuse to load there) runs stock vLLM; its trace
     names 0.40.1, is judged with the newest release's semantics and is not
     replayed, so nothing is a finding."""
+    import json
     import subprocess
     import sys
+    import textwrap
 
-    conform = subprocess.run(
-        [sys.executable, "-c", _AS_0401 + "from lora_sched.cli import main\nsys.exit(main(sys.argv[1:]))",
-         "conform", "--in-process", "--scenario", "starvation", "--policy", "fair", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=300)
-    assert conform.returncode == 2 and conform.stdout == "", conform.stdout
-    assert conform.stderr.strip().count("\n") == 0, conform.stderr
-    assert "vLLM 0.40.1 is not in the release registry" in conform.stderr and "0.34.x" in conform.stderr
     seed = next(s for s in range(100) if generate(s).config.policy == "fair")
-    case = (_AS_0401 + "import json\nfrom lora_sched.fuzz.runner import run_case\n"
-            "from lora_sched.fuzz.space import generate\n"
-            f"res = run_case(generate({seed}), {str(tmp_path / 't.jsonl')!r})\n"
-            "print(json.dumps([f.signature for f in res.failures]))\n")
-    run = subprocess.run([sys.executable, "-c", case], capture_output=True, text=True, timeout=300)
+    # One interpreter for both (vLLM's import is most of the time): conform's
+    # exit code, stdout and stderr, then the fuzz case's signatures, as JSON.
+    script = _AS_0401 + textwrap.dedent(f"""
+        import contextlib, io, json
+        from lora_sched.cli import main
+        from lora_sched.fuzz.runner import run_case
+        from lora_sched.fuzz.space import generate
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["conform", "--in-process", "--scenario", "starvation", "--policy", "fair",
+                         "--out", {str(tmp_path)!r}])
+        res = run_case(generate({seed}), {str(tmp_path / 't.jsonl')!r})
+        print(json.dumps([code, out.getvalue(), err.getvalue(), [f.signature for f in res.failures]]))
+        """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.strip().splitlines()[-1] == "[]"
+    code, out, err, signatures = json.loads(run.stdout.strip().splitlines()[-1])
+    assert code == 2 and out == "", out
+    assert err.strip().count("\n") == 0, err
+    assert "vLLM 0.40.1 is not in the release registry" in err and "0.34.x" in err
+    assert signatures == []
     trace = read_trace(tmp_path / "t.jsonl")
     assert trace.source == "vllm 0.40.1" and trace.unregistered == "0.40.1" and trace.config.policy == "vllm"
     assert trace.steps()

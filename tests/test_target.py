@@ -19,8 +19,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -124,15 +122,25 @@ def test_a_path_that_does_not_resolve_is_refused_in_one_line(bad, path, message)
     assert str(err.value).startswith(f"{path}: ") and "\n" not in str(err.value)
 
 
-def test_the_clis_print_the_error_and_exit_2(bad):
+def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    """`lora-sched ARGV` in this process (vLLM is imported already): exit code,
+    stdout, stderr. An exception the CLI does not turn into `error: ...`
+    propagates and fails the test."""
+    from lora_sched.cli import main
+
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_clis_print_the_error_and_exit_2(bad, capsys):
     for argv in (["fuzz", "--count", "1", "--scheduler-cls", f"{bad}:NotAScheduler"],
                  ["conform", "--in-process", "--scheduler-cls", f"{bad}:NotAScheduler"]):
-        done = subprocess.run([sys.executable, "-m", "lora_sched", *argv], capture_output=True, text=True,
-                              timeout=300, cwd=ROOT)
-        errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
-        assert done.returncode == 2, done.stderr[-2000:]
-        assert len(errors) == 1 and "NotAScheduler is not a vLLM scheduler" in errors[0], done.stderr[-2000:]
-        assert "Traceback" not in done.stderr
+        code, _, err = cli(capsys, *argv)
+        errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+        assert code == 2, err[-2000:]
+        assert len(errors) == 1 and "NotAScheduler is not a vLLM scheduler" in errors[0], err[-2000:]
 
 
 def test_the_recorded_class_names_vllm_and_the_class_in_its_source(tmp_path):
@@ -174,17 +182,15 @@ def test_unexpected_properties_are_evidence_and_expect_makes_them_findings(tmp_p
     assert expected.signatures == {"property:no_hol_blocking:BlockingScan"} and expected.evidence == []
 
 
-def test_conform_judges_a_user_class_without_a_replay(tmp_path):
+def test_conform_judges_a_user_class_without_a_replay(tmp_path, capsys):
     path = f"{EXAMPLES / 'blocking_scan.py'}:BlockingScan"
-    run = [sys.executable, "-m", "lora_sched", "conform", "--in-process", "--scenario", "seed",
-           "--scheduler-cls", path, "--out", str(tmp_path)]
-    plain = subprocess.run(run, capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert plain.returncode == 0, plain.stdout + plain.stderr[-2000:]
-    assert "violated, not expected (evidence): no_hol_blocking" in plain.stdout
-    assert f"replay: off: no reference model for {path}" in plain.stdout
-    strict = subprocess.run([*run, "--expect", "no_hol_blocking"], capture_output=True, text=True, timeout=300,
-                            cwd=ROOT)
-    assert strict.returncode == 1 and "EXPECTED PROPERTIES VIOLATED: no_hol_blocking" in strict.stdout
+    run = ["conform", "--in-process", "--scenario", "seed", "--scheduler-cls", path, "--out", str(tmp_path)]
+    code, out, err = cli(capsys, *run)
+    assert code == 0, out + err[-2000:]
+    assert "violated, not expected (evidence): no_hol_blocking" in out
+    assert f"replay: off: no reference model for {path}" in out
+    code, out, _ = cli(capsys, *run, "--expect", "no_hol_blocking")
+    assert code == 1 and "EXPECTED PROPERTIES VIOLATED: no_hol_blocking" in out
 
 
 def test_bounded_wait_by_growth_stock_starves_fair_is_flat():

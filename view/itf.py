@@ -3,9 +3,8 @@
 The ITF file holds the state *after* each step (index 0 the empty initial
 state) and, in `#meta`, the configuration, requests and aborts. Step k is
 rebuilt from state k-1 (waiting, running), the arrivals and aborts of step
-k, and state k (scheduled, admitted, finished); the encoding has no
-preemption and keeps `waiting` in arrival and `running` in admission order
-(`proofs.encoding`). The trace goes through `spec.trace.TraceWriter` and
+k, and state k (scheduled, admitted, finished), in the encoding's orders
+(no preemption; `proofs.encoding`). The trace goes through `spec.trace.TraceWriter` and
 `read_trace`, so an inconsistent ITF file is rejected as any trace is.
 """
 

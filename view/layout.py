@@ -3,9 +3,8 @@
 One row per request, grouped by adapter (base model first), then by arrival;
 a row is a list of segments (`waiting`, `held`, `prefill`, `decode`, `idle`,
 `preempted`), marks are points (`preempted`, `finished`, `aborted`,
-`violation`). Everything comes from the code `lora-sched check` runs
-(`policy.check.observe_trace`, `spec.observe.Observer`,
-`policy.check.FairHolds`), so the violations drawn are those `check`
+`violation`), all from the code `lora-sched check` runs
+(`policy.check.observe_trace`), so the violations drawn are those `check`
 reports. What each kind means: docs/view.md.
 """
 

@@ -370,7 +370,7 @@ def fair_guard(p: Params, m: Mid, C0: list[z3.BoolRef], B0: z3.ArithRef, seats0:
     if mutant == "gap_forever":  # after the first guard, no r* is ever chosen again
         gap_over = m.CU == 0
     cand = [z3.And(m.W[i], t - m.arrival[i] >= p.window, gap_over) for i in rng]
-    if mutant == "star_lora_only":  # fair's first design: a base-model request is never r*
+    if mutant == "star_lora_only":  # only LoRA requests can be r*: a base-model request never is
         cand = [z3.And(c, p.adapter[i] > 0) for i, c in enumerate(cand)]
     if b.priority and mutant != "star_kept_over_urgent":  # a more urgent starving request replaces r*
         urgent = z3.Or([z3.And(m.Z[i], m.W[i], cand[j], p.prio[j] < p.prio[i]) for i in rng for j in rng if j != i])

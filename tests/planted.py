@@ -54,7 +54,7 @@ class NotFirstGate(FairGate):
 
 
 class NoGapGuard(FairGuard):
-    """Mechanism 1 without its gap (fair v7): the next r* may be chosen the
+    """Mechanism 1 without its gap: the next r* may be chosen the
     step after the last one was admitted."""
 
     def admitted(self, rid: str) -> None:
@@ -69,7 +69,7 @@ class NoGapGate(FairGate):
 
 
 class StepsWindowGate(FairGate):
-    """S counted in steps, not prefill cadences (fair v11): under a DP
+    """S counted in steps, not prefill cadences: under a DP
     throttle of k the guard's threshold, gap and deadline slack are S steps,
     a k-th of what the rule allows, so r* is chosen again S steps after the
     last one got in."""

@@ -4,8 +4,8 @@ Each family in `policy.workloads.FAMILIES` keeps the pressure per step fixed
 and only lengthens the stream; the worst wait of `fair` at four times the
 length must not exceed the worst wait at the shortest length, in every
 configuration variant the bound covers (sync, async, DP throttle, both),
-and must stay within B. The check is shown able to fail: the first design
-of fair (`tests/planted.py`) grows on the base-model family, and `vllm`
+and must stay within B. The check is shown able to fail: fair with only LoRA
+requests as r* (`tests/planted.py`) grows on the base-model family, and `vllm`
 grows on the starvation family, and so does fair whose drain admissions
 ignore the deadline (`UnboundedDrainGate`).
 """
@@ -67,7 +67,7 @@ def test_vllm_worst_wait_grows_on_the_starvation_family():
 
 @pytest.mark.parametrize("family", ["base_behind_lora_stream", "active_behind_lora_stream"])
 def test_planted_lora_only_star_grows_and_is_caught(family):
-    """The first design of fair (only LoRA requests can be r*) starves the
+    """fair with only LoRA requests as r* (`LoraOnlyStarGate`) starves the
     early request of the base-model family: its wait grows with the stream
     and breaks B, so the growth check above can fail."""
     worst, broken = [], []
@@ -112,7 +112,7 @@ def test_issue_8_base_request_regression():
     vllm = run(replace(cfg, policy="vllm"), Workload(reqs))
     planted = run(replace(cfg, policy="fair"), Workload(reqs), gate=LoraOnlyStarGate())
     assert fair.waits()["base"] == vllm.waits()["base"] == 1
-    assert planted.waits()["base"] == 25  # the first design, as the issue measured it
+    assert planted.waits()["base"] == 25  # the planted rule's wait on this workload
 
 
 @st.composite

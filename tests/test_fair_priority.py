@@ -1,11 +1,11 @@
-"""fair under the priority queue: a more urgent starving request replaces r* (v11).
+"""fair under the priority queue: a more urgent starving request replaces r*.
 
-The instance is the one a fresh search against fair v10 found (`bench
---knob-goals`, S = 16, seed 1, priority space, wait objective): `r13`
+The instance is one a search against the planted rule (r* kept) finds
+(`python -m experiments.knobs`, S = 16, seed 1, priority space, wait objective): `r13`
 (priority 1) starves at step 20 and becomes r*; `r10` (priority 0, the
 most urgent level) starves at 21. Kept as r*, `r13` takes the slot that
 frees at 21 and `r10` waits 51 steps; vLLM's priority scan gives that slot
-to `r10` (16). The planted v10 rule must be caught by the trace checker's
+to `r10` (16). The planted rule must be caught by the trace checker's
 `no_hol_blocking` (its declared holds come from the real `FairGuard`), as
 the SMT mutant `star_kept_over_urgent` is by the encoding's.
 """

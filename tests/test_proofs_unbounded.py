@@ -127,9 +127,9 @@ def test_cap_countermodel_is_counted() -> None:
     assert mod.eval(g.M).as_long() == 1 and len(loras) >= 2
 
 
-# Bounded instances against the reference. fair's skip rows hold for fair v3
-# (the cap set counts every running request); the first design's
-# scheduled-only set is exactly what the model excludes (it failed them).
+# Bounded instances against the reference. fair's skip rows hold because its cap
+# set counts every running request; a scheduled-only set is what the model
+# excludes (it fails them).
 CROSS = [
     ("vllm", dict()),
     ("blocking", dict()),

@@ -91,7 +91,7 @@ def test_fair_starvation_shows_star_victim_and_held(tmp_path):
     layout = layout_file(simulate(tmp_path, "starvation", "fair"))
     spans = layout.star_spans()
     # The adapter-3 request is the first r*; requests held for it may starve
-    # long enough (S = 8 here) to be r* in turn, as fair v3 allows any kind.
+    # long enough (S = 8 here) to be r* in turn, whatever their kind.
     assert spans[0][0] == "victim-a3"
     victims = {a for s in layout.steps for a in s.victims}
     first = next(s.victims for s in layout.steps if s.victims)

@@ -757,9 +757,9 @@ def test_late_admissions_keep_every_lemma():
     assert dropped, "no late admission: the mechanism was not exercised"
 
 
-# Found by an adversary of the restated B (random search, KV-bound, S = 0): a
-# request is admitted as r*, preempted, and chosen as r* again; the monitors
-# once kept its first guard's victim and read its old choice step.
+# A random search (KV-bound, S = 0) finds it: a request is admitted as r*,
+# preempted, and chosen as r* again; monitors that kept its first guard's
+# victim would read its old choice step.
 RECHOSEN_CASE = (Config(max_loras=1, max_num_seqs=6, max_num_batched_tokens=29, kv_blocks=7, block_size=1,
                         starvation_steps=0, policy="fair", vllm="0.33"),
                  [Request(f"r{i}", a, p, m, t) for i, (a, p, m, t) in enumerate(
@@ -809,8 +809,8 @@ def test_unscanned_monitor_fires_when_p_is_planted_too_small(monkeypatch: pytest
 
 def test_guard_monitor_fires_when_g_is_planted_too_small(monkeypatch: pytest.MonkeyPatch):
     """`star_admitted_within_G` is not vacuous where the cap cannot block r*
-    (one seat, G = D + 2): on the bound family searched against the restated
-    B, fair's own guards come close to G, so with G planted at D / 2 the
+    (one seat, G = D + 2): on the bound family searched against B, fair's
+    own guards come close to G, so with G planted at D / 2 the
     monitor fires on fair's real rule, which keeps it at the real G."""
     from experiments.families import FAMILY_DIR, load
 
@@ -898,8 +898,8 @@ ASYNC_STAR_FITS = (
 
 
 def test_star_fits_holds_under_async_scheduling_without_a_throttle(monkeypatch: pytest.MonkeyPatch):
-    """E = F(N - 1) + 1 under async scheduling with k = 1 (the
-    seventh restatement; D + 1 before): with nothing preempted r* has no
+    """E = F(N - 1) + 1 under async scheduling with k = 1 (not D + 1):
+    with nothing preempted r* has no
     output in flight, so only the budget stops it. On this run (a one-token
     budget) E is 45, where D + 1 is 86; every lemma holds, and an r* waits
     22 steps with a seat and a slot free, so an E planted at 21 fires
@@ -916,8 +916,7 @@ def test_star_fits_holds_under_async_scheduling_without_a_throttle(monkeypatch: 
     assert broken is not None and broken.startswith("star_fits"), broken
 
 
-# Found by an adversary's search against the sixth restatement of B (2026-12-04):
-# runs where r* gets in on exactly the E-th step after a seat and a slot free,
+# Found by a search against B's lemmas: runs where r* gets in on exactly the E-th step after a seat and a slot free,
 # one with no throttle (E = F(N - 1) + 1 = 8) and one under 0.33's
 # prefill cadence of 4 (E = k = 4).
 STAR_FITS_TIGHT = {
@@ -952,8 +951,7 @@ def test_star_fits_is_reached_exactly(case: str, monkeypatch: pytest.MonkeyPatch
     assert broken is not None and broken.startswith("star_fits"), broken
 
 
-# Found by an adversary's search against the fifth restatement of B (2026-12-04):
-# a 48-token prompt under a 15-token budget and vLLM 0.33's prefill cadence of 4
+# Found by a search against B's lemmas: a 48-token prompt under a 15-token budget and vLLM 0.33's prefill cadence of 4
 # (arrivals one step later than found, as `_first_broken_lemma` starts at step 1;
 # found at S = 11, set to 0 since S counts prefill cadences: 11 of them are 44
 # steps here, and no r* would be chosen before it is in).
@@ -990,16 +988,16 @@ def test_d0_counts_the_throttle_before_every_budget_starved_step(monkeypatch: py
     assert broken is not None and broken.startswith("quiet_guard: r* r63 chosen at 12"), broken
 
 
-# Found by a random search against the ninth restatement of B (2026-12-06): one
-# seat, a 5-token budget, async scheduling, KV unlimited. r1's 8-token prompt
+# Found by a random search against B's lemmas: one seat, a 5-token budget,
+# async scheduling, KV unlimited. r1's 8-token prompt
 # takes a budget-starved step (5 tokens) and a chunk (3), then 8 decodes, then
 # the step in which it is skipped as sure to finish: 11 steps = D0 + o - 1.
 STAY_ASYNC_CASE = (Config(max_loras=2, max_num_seqs=1, max_num_batched_tokens=5, block_size=4,
                           async_scheduling=True, starvation_steps=3, vllm="0.32", policy="fair"),
                    [Request("r0", 0, 1, 29, 12), Request("r1", 0, 8, 9, 22)])
 
-# Found by a random search against the ninth restatement of B (2026-12-06): two
-# seats, three KV blocks, the priority queue (one priority). At step 51 r5,
+# Found by a random search against B's lemmas: two seats, three KV blocks,
+# the priority queue (one priority). At step 51 r5,
 # ahead of r3 in `running` but the later arrival, cannot grow, preempts
 # itself and so ends the running loop: r3 is left out of that step.
 STAY_SELF_PREEMPT_CASE = (Config(max_loras=1, max_num_seqs=2, max_num_batched_tokens=127, chunked_prefill=False,
@@ -1010,9 +1008,8 @@ STAY_SELF_PREEMPT_CASE = (Config(max_loras=1, max_num_seqs=2, max_num_batched_to
 
 
 def test_d0_is_reached_under_async_scheduling_with_kv_unlimited(monkeypatch: pytest.MonkeyPatch):
-    """D0 is tight where its ninth restatement is new: KV unlimited, so F =
-    floor(N P / (T - N + 1)) = 1 (floor(N W / T) is 7), and async
-    scheduling adds 1 (it added 2): D0 = 3, where it was 10. Every lemma
+    """D0 is tight with KV unlimited: F = floor(N P / (T - N + 1)) = 1
+    (floor(N W / T) is 7), and async scheduling adds 1: D0 = 3. Every lemma
     holds, r1 stays exactly D0 + o - 1 = 11 steps in `running`, and D0 one
     smaller fires `stay`."""
     cfg, reqs = STAY_ASYNC_CASE

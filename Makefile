@@ -92,8 +92,8 @@ PARALLEL := -n 2 --dist worksteal
 RELEASE_MARK := vllm and not live and not full and not release_slow
 
 # .venv's suite on two workers, and beside it each release's suite in one
-# process at a lower priority: the releases take the cores .venv's workers
-# leave idle (start-up, the last tests) and each imports vLLM once. Their
+# process at nice 19 (below Ray's workers, which run at 15): the releases take
+# the cores .venv's workers leave idle and each imports vLLM once. Their
 # output follows .venv's; any suite that fails fails `make test`.
 TEST_LOGS := $(OUT)/test-releases
 test: install $(RELEASE_VENVS:=/.installed)

@@ -56,3 +56,16 @@ def test_tight_wait_agrees_with_worst_wait() -> None:
 
     r = tight_wait(WAIT, "fair", 1)
     assert r.verdict == "proved" and r.worst == WAIT_WORST and r.replay_ok, r.detail
+
+
+def test_worst_wait_is_the_same_wherever_its_search_starts() -> None:
+    """`expect` (the manifest's recorded worst) is only where the tightening
+    starts: below the true worst, at it, or above it (no trace reaches it, so
+    the search starts again from 0), the worst wait and its replay agree."""
+    from lora_sched.proofs.manifest import load
+
+    c = next(c for c in load() if c.extra["name"] == "fair-wait-small")
+    worst = {e: engine.worst_wait(c.bounds, c.policy, c.depth, c.wait_bound(), expect=e) for e in
+             (None, 1, c.worst, c.worst + 3)}
+    assert {e: (r.verdict, r.worst, r.replay_ok) for e, r in worst.items()} == \
+        {e: ("proved", c.worst, True) for e in worst}
